@@ -1,0 +1,214 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Engine names the database server a Database runs.
+// +kubebuilder:validation:Enum=postgresql;mysql;mariadb
+type Engine string
+
+const (
+	EnginePostgreSQL Engine = "postgresql"
+	EngineMySQL      Engine = "mysql"
+	EngineMariaDB    Engine = "mariadb"
+)
+
+// DeletionPolicy says what happens to a Database's volumes when the Database is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyRetain keeps every PersistentVolumeClaim (and so the data) after deletion.
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+	// DeletionPolicyDelete deletes the PersistentVolumeClaims with the Database.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+)
+
+// DatabaseSpec is the desired state of a Database.
+//
+// The cross-field rules below live in the CRD (CEL) so that the API server
+// itself refuses a bad spec, with or without the operator running.
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || (self.engine == 'postgresql' && self.version in ['15', '16', '17']) || (self.engine == 'mysql' && self.version in ['8.4']) || (self.engine == 'mariadb' && self.version in ['10.11', '11.4', '11.8'])",messageExpression="'version ' + self.version + ' is not supported for engine ' + self.engine + '; supported: postgresql 15, 16, 17; mysql 8.4; mariadb 10.11, 11.4, 11.8'",fieldPath=.version
+// +kubebuilder:validation:XValidation:rule="has(self.version) || !has(oldSelf.version)",message="version cannot be removed once set",fieldPath=.version
+// +kubebuilder:validation:XValidation:rule="self.engine != 'postgresql' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version",message="PostgreSQL major version cannot change in place (the data directory needs pg_upgrade); restore a backup into a new Database instead",fieldPath=.version
+// +kubebuilder:validation:XValidation:rule="self.engine == 'postgresql' || !has(oldSelf.version) || !has(self.version) || (self.engine == 'mysql' ? true : ['10.11', '11.4', '11.8'].indexOf(self.version) >= ['10.11', '11.4', '11.8'].indexOf(oldSelf.version))",message="version cannot be downgraded: MariaDB data files are not backward compatible",fieldPath=.version
+type DatabaseSpec struct {
+	// Engine is the database server: postgresql, mysql or mariadb. It cannot
+	// change after creation.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="engine is immutable; create a new Database to change engines"
+	Engine Engine `json:"engine"`
+
+	// Version is the server version. When empty the operator uses the
+	// engine's default (postgresql 17, mysql 8.4, mariadb 11.4) and records
+	// it in status.version. PostgreSQL: 15, 16, 17; MySQL: 8.4;
+	// MariaDB: 10.11, 11.4, 11.8. MariaDB may move to a newer version, never
+	// an older one; PostgreSQL keeps its major version.
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Image overrides the container image the engine and version select.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image,omitempty"`
+
+	// Replicas is the number of instances: one primary and replicas-1
+	// streaming replicas.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Storage is the persistent volume each instance gets.
+	Storage StorageSpec `json:"storage"`
+
+	// Resources are the compute requests and limits of the database
+	// container. When empty the operator requests 100m CPU and 256Mi memory.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// DeletionPolicy says what happens to the instances' PersistentVolumeClaims
+	// when the Database is deleted: Retain (the default) keeps them and the
+	// data, Delete deletes them.
+	// +kubebuilder:default=Retain
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// StorageSpec is the volume of each instance.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage size may grow but never shrink",fieldPath=.size
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storageClassName is immutable: volumes cannot move to another storage class in place",fieldPath=.storageClassName
+type StorageSpec struct {
+	// Size of each instance's volume, for example 10Gi. It may grow (when the
+	// storage class allows expansion) but never shrink.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="storage size must be greater than zero"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName of the volumes; empty means the cluster's default
+	// storage class. It cannot change after creation.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// Phase summarizes where a Database stands, for humans and printer columns.
+// Conditions carry the detail.
+type Phase string
+
+const (
+	PhasePending      Phase = "Pending"
+	PhaseProvisioning Phase = "Provisioning"
+	PhaseRunning      Phase = "Running"
+	PhaseUpdating     Phase = "Updating"
+	PhaseDegraded     Phase = "Degraded"
+	PhaseFailed       Phase = "Failed"
+	PhaseDeleting     Phase = "Deleting"
+)
+
+// Condition types a Database reports.
+const (
+	// ConditionReady is True when every instance is ready and the primary serves.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while the operator is moving the Database
+	// towards its spec (creating, scaling, rolling out a version).
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when the Database serves but not as asked
+	// (fewer ready instances than replicas), or a reconcile phase failed.
+	ConditionDegraded = "Degraded"
+)
+
+// Endpoints are the in-cluster addresses clients connect to.
+type Endpoints struct {
+	// ReadWrite is host:port of the Service that always selects the primary.
+	// +optional
+	ReadWrite string `json:"readWrite,omitempty"`
+	// ReadOnly is host:port of the Service that selects the replicas.
+	// +optional
+	ReadOnly string `json:"readOnly,omitempty"`
+}
+
+// DatabaseStatus is the observed state of a Database.
+type DatabaseStatus struct {
+	// Phase summarizes the Database's state: Pending (nothing created yet),
+	// Provisioning (first instances starting), Running (all ready),
+	// Updating (scaling or rolling out a change), Degraded (serving, but not
+	// all is well), Failed (not serving and a reconcile phase fails) or
+	// Deleting.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// Conditions are the latest observations: Ready, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the spec generation the status describes; it
+	// moves only when every reconcile phase succeeded for that generation.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Version is the server version in effect (spec.version or the engine's default).
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Replicas is the number of instances that exist (for the scale subresource).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of instances whose pods are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Selector is the label selector of the instances' pods, in string form
+	// (for the scale subresource and horizontal autoscalers).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// CurrentPrimary is the name of the pod that serves writes.
+	// +optional
+	CurrentPrimary string `json:"currentPrimary,omitempty"`
+
+	// Endpoints are the read-write and read-only addresses.
+	// +optional
+	Endpoints Endpoints `json:"endpoints,omitempty"`
+}
+
+// Database is a PostgreSQL, MySQL or MariaDB database the operator runs: one
+// primary and replicas-1 replicas, with storage, Services and day-2 policy.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=db,categories=all
+// +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.spec.engine`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`,priority=1
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.currentPrimary`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Database struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state.
+	Spec DatabaseSpec `json:"spec"`
+	// Status is the observed state, written by the operator.
+	// +optional
+	Status DatabaseStatus `json:"status,omitempty"`
+}
+
+// DatabaseList is a list of Databases.
+// +kubebuilder:object:root=true
+type DatabaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Database `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+}

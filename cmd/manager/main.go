@@ -1,0 +1,103 @@
+// Command manager runs database-operator: the controller manager with the
+// Database reconciler, health probes and secured Prometheus metrics.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"example.com/database-operator/controllers"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "database-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var (
+		metricsAddr    = fs.String("metrics-bind-address", ":8443", "address of the metrics endpoint (HTTPS, authenticated and authorized through the API server); 0 disables it")
+		insecure       = fs.Bool("metrics-insecure", false, "serve metrics over plain HTTP without authentication (local development only)")
+		probeAddr      = fs.String("health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+		leaderElect    = fs.Bool("leader-elect", true, "elect a leader so that only one replica of the operator reconciles")
+		leaderNS       = fs.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the operator's namespace)")
+		watchNS        = fs.String("watch-namespaces", os.Getenv("WATCH_NAMESPACES"), "comma-separated namespaces to manage; empty manages all")
+		operatorNS     = fs.String("operator-namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in; let through the Databases' NetworkPolicies")
+		enableHTTP2    = fs.Bool("enable-http2", false, "serve metrics over HTTP/2 (off: mitigates HTTP/2 rapid-reset attacks)")
+		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
+	)
+	zapOpts := zap.Options{Development: false}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	// JSON in production (the default); --zap-devel switches to console logs.
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	var namespaces []string
+	for _, ns := range strings.Split(*watchNS, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			namespaces = append(namespaces, ns)
+		}
+	}
+
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return err
+	}
+	var tlsOpts []func(*tls.Config)
+	if !*enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   *metricsAddr,
+		SecureServing: !*insecure,
+		CertDir:       *metricsCertDir,
+		TLSOpts:       tlsOpts,
+	}
+	if !*insecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        *probeAddr,
+		LeaderElection:                *leaderElect,
+		LeaderElectionID:              "database-operator.example.com",
+		LeaderElectionNamespace:       *leaderNS,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(namespaces),
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, controllers.ValueOptions{OperatorNamespace: *operatorNS}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting manager", "namespaces", namespaces, "leaderElection", *leaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

@@ -1,0 +1,175 @@
+// Package controllers holds the reconcilers. The Database reconciler renders
+// the chart, applies it, labels instance roles and reports status; each
+// concern has its own file.
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/chart"
+)
+
+// DatabaseReconciler reconciles Database objects.
+type DatabaseReconciler struct {
+	client.Client
+	// APIReader reads from the API server, bypassing the cache, where a
+	// stale or filtered view would be wrong (deleting volumes, name clashes).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Chart     *chart.Renderer
+	Values    ValueOptions
+}
+
+// +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=databases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// phase is one ordered step of a reconcile. Each depends on those before
+// it, so the first failure stops the rest.
+type phase struct {
+	name string
+	run  func(context.Context, *dbv1.Database, *observed) error
+}
+
+// Reconcile moves one Database towards its spec and reports where it stands.
+func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &dbv1.Database{}
+	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("engine", db.Spec.Engine))
+
+	if !db.DeletionTimestamp.IsZero() {
+		if err := r.finalize(ctx, db); err != nil {
+			r.event(db, corev1.EventTypeWarning, "CleanupFailed", "Delete", "%v", err)
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(db, Finalizer) {
+		patch := client.MergeFrom(db.DeepCopy())
+		controllerutil.AddFinalizer(db, Finalizer)
+		if err := r.Patch(ctx, db, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	obs := &observed{}
+	for _, p := range []phase{
+		{"Credentials", r.reconcileCredentials},
+		{"Apply", r.reconcileObjects},
+		{"Roles", r.reconcileRoles},
+	} {
+		if err := p.run(ctx, db, obs); err != nil {
+			obs.failedPhase, obs.err = p.name, err
+			r.event(db, corev1.EventTypeWarning, p.name+reasonPhaseFailedPostfix, p.name, "%v", err)
+			break
+		}
+	}
+	if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
+		obs.failedPhase, obs.err = "Observe", err
+	}
+
+	st := computeStatus(db, obs)
+	if db.Status.Phase != st.Phase {
+		typ := corev1.EventTypeNormal
+		if st.Phase == dbv1.PhaseDegraded || st.Phase == dbv1.PhaseFailed {
+			typ = corev1.EventTypeWarning
+		}
+		r.event(db, typ, "Phase"+string(st.Phase), "Status", "Database is %s", st.Phase)
+	}
+	if err := r.writeStatus(ctx, db, st); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("%w (reconcile error: %v)", err, obs.err)
+	}
+	return ctrl.Result{}, obs.err
+}
+
+// reconcileObjects renders the chart, applies what changed and prunes what
+// the render no longer produces.
+func (r *DatabaseReconciler) reconcileObjects(ctx context.Context, db *dbv1.Database, _ *observed) error {
+	desired, err := desiredObjects(r.Chart, db, r.Values)
+	if err != nil {
+		return err
+	}
+	applied, err := r.applyObjects(ctx, desired)
+	if len(applied) > 0 {
+		r.event(db, corev1.EventTypeNormal, "Applied", "Apply", "Applied %v", applied)
+		log.FromContext(ctx).Info("applied", "objects", applied)
+	}
+	if err != nil {
+		return err
+	}
+	pruned, err := r.pruneObjects(ctx, db, desired)
+	if len(pruned) > 0 {
+		r.event(db, corev1.EventTypeNormal, "Pruned", "Delete", "Deleted %v, no longer rendered", pruned)
+		log.FromContext(ctx).Info("pruned", "objects", pruned)
+	}
+	return err
+}
+
+func (r *DatabaseReconciler) observeStatefulSet(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	sts := &appsv1.StatefulSet{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading StatefulSet: %w", err)
+	}
+	obs.statefulSet = sts
+	return nil
+}
+
+func (r *DatabaseReconciler) event(db *dbv1.Database, typ, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(db, nil, typ, reason, action, note, args...)
+	}
+}
+
+// SetupWithManager registers the reconciler and what it watches: the
+// Databases, every kind the chart renders, the credentials Secret, and the
+// instance pods (owned by the StatefulSet, so mapped by label).
+func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).For(&dbv1.Database{}).Named("database")
+	for _, k := range ownedKinds() {
+		b = b.Owns(k.obj)
+	}
+	return b.Owns(&corev1.Secret{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToDatabase)).
+		Complete(r)
+}
+
+// podToDatabase maps an instance pod to its Database by the instance label.
+func podToDatabase(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[labelName] != chartName || l[labelInstance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: l[labelInstance]}}}
+}

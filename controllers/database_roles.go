@@ -1,0 +1,66 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// primaryName is the pod that should carry the primary role: the one status
+// records, or instance 0 for a new Database.
+func primaryName(db *dbv1.Database) string {
+	if db.Status.CurrentPrimary != "" {
+		return db.Status.CurrentPrimary
+	}
+	return db.Name + "-0"
+}
+
+// reconcileRoles puts the role label on every instance pod: primary on the
+// primary, replica on the rest. The read-write and read-only Services select
+// on it. Only the label is applied (server-side, the operator's field owner),
+// and only on pods where it is wrong.
+func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	primary := primaryName(db)
+	obs.pods = pods.Items
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		role := roleReplica
+		if pod.Name == primary {
+			role = rolePrimary
+		}
+		if pod.Labels[labelRole] == role {
+			continue
+		}
+		if err := r.applyPodRole(ctx, pod, role); err != nil {
+			return err
+		}
+		r.event(db, corev1.EventTypeNormal, "RoleAssigned", "Label", "Pod %s is now %s", pod.Name, role)
+	}
+	return nil
+}
+
+func (r *DatabaseReconciler) applyPodRole(ctx context.Context, pod *corev1.Pod, role string) error {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("Pod")
+	u.SetNamespace(pod.Namespace)
+	u.SetName(pod.Name)
+	u.SetUID(pod.UID) // never label a pod of the same name that replaced this one
+	u.SetLabels(map[string]string{labelRole: role})
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("labelling pod %s %s: %w", pod.Name, role, err)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// observed is what one reconcile saw of the objects behind a Database. The
+// phases fill it in; computeStatus reads it.
+type observed struct {
+	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
+	pods        []corev1.Pod
+	failedPhase string // the reconcile phase that failed, if any
+	err         error  // what it failed with
+}
+
+// Condition reasons.
+const (
+	ReasonAllInstancesReady  = "AllInstancesReady"
+	ReasonPrimaryNotReady    = "PrimaryNotReady"
+	ReasonInstancesNotReady  = "InstancesNotReady"
+	ReasonCreating           = "Creating"
+	ReasonScaling            = "Scaling"
+	ReasonRollingUpdate      = "RollingUpdate"
+	ReasonReconciled         = "Reconciled"
+	ReasonAsExpected         = "AsExpected"
+	ReasonDeleting           = "Deleting"
+	reasonPhaseFailedPostfix = "Failed" // <Phase>Failed, e.g. ApplyFailed
+)
+
+// computeStatus derives the whole status from the spec and what was
+// observed. It is pure: same inputs, same status (condition times aside,
+// which meta.SetStatusCondition keeps when a condition does not change).
+func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
+	st := *db.Status.DeepCopy()
+	desired := max(db.Spec.Replicas, 1)
+	port := enginePort(db.Spec.Engine)
+
+	st.Version = effectiveVersion(db)
+	st.Selector = labels.SelectorFromSet(selectorLabels(db)).String()
+	st.Endpoints = dbv1.Endpoints{
+		ReadWrite: fmt.Sprintf("%s-rw.%s.svc:%d", db.Name, db.Namespace, port),
+		ReadOnly:  fmt.Sprintf("%s-ro.%s.svc:%d", db.Name, db.Namespace, port),
+	}
+
+	primary := primaryName(db)
+	primaryReady := false
+	var ready int32
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
+			continue
+		}
+		ready++
+		if p.Name == primary && p.Labels[labelRole] == rolePrimary {
+			primaryReady = true
+		}
+	}
+	st.ReadyReplicas = ready
+	st.Replicas = 0
+	if obs.statefulSet != nil {
+		st.Replicas = obs.statefulSet.Status.Replicas
+	}
+	if primaryReady {
+		st.CurrentPrimary = primary
+	}
+
+	progressing, progressReason, progressMsg := rollout(db, obs.statefulSet, desired)
+	allReady := primaryReady && ready == desired
+
+	// Ready
+	switch {
+	case allReady:
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionTrue, ReasonAllInstancesReady,
+			fmt.Sprintf("%d/%d instances ready; primary %s serves writes", ready, desired, primary))
+	case !primaryReady:
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonPrimaryNotReady,
+			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", primary, ready, desired))
+	default:
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonInstancesNotReady,
+			fmt.Sprintf("%d/%d instances ready", ready, desired))
+	}
+
+	// Progressing
+	if progressing {
+		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionTrue, progressReason, progressMsg)
+	} else {
+		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionFalse, ReasonReconciled,
+			fmt.Sprintf("%d instances of %s %s match the spec", desired, db.Spec.Engine, st.Version))
+	}
+
+	// Degraded: a phase failed, or the rollout is done and still not all is ready.
+	switch {
+	case obs.err != nil:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
+	case !progressing && !allReady:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonInstancesNotReady,
+			fmt.Sprintf("%d/%d instances ready after the rollout finished", ready, desired))
+	default:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "no failure observed")
+	}
+
+	switch {
+	case !db.DeletionTimestamp.IsZero():
+		st.Phase = dbv1.PhaseDeleting
+	case obs.err != nil && ready == 0:
+		st.Phase = dbv1.PhaseFailed
+	case obs.err != nil:
+		st.Phase = dbv1.PhaseDegraded
+	case obs.statefulSet == nil:
+		st.Phase = dbv1.PhasePending
+	case allReady && !progressing:
+		st.Phase = dbv1.PhaseRunning
+	case !primaryReady && ready == 0 && progressing:
+		st.Phase = dbv1.PhaseProvisioning
+	case progressing:
+		st.Phase = dbv1.PhaseUpdating
+	default:
+		st.Phase = dbv1.PhaseDegraded
+	}
+
+	if obs.err == nil {
+		st.ObservedGeneration = db.Generation
+	}
+	return st
+}
+
+// rollout tells whether the StatefulSet is still moving towards the spec.
+func rollout(db *dbv1.Database, sts *appsv1.StatefulSet, desired int32) (bool, string, string) {
+	if sts == nil {
+		return true, ReasonCreating, "creating the StatefulSet"
+	}
+	s := sts.Status
+	switch {
+	case s.ObservedGeneration < sts.Generation:
+		return true, ReasonRollingUpdate, "waiting for the StatefulSet controller to observe the change"
+	case s.Replicas != desired || ptrValue(sts.Spec.Replicas) != desired:
+		if s.ReadyReplicas == 0 && db.Status.ReadyReplicas == 0 {
+			return true, ReasonCreating, fmt.Sprintf("creating instances: %d/%d exist", s.Replicas, desired)
+		}
+		return true, ReasonScaling, fmt.Sprintf("scaling from %d to %d instances", s.Replicas, desired)
+	case s.UpdateRevision != "" && (s.CurrentRevision != s.UpdateRevision || s.UpdatedReplicas != desired):
+		return true, ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s: %d/%d instances updated", s.UpdateRevision, s.UpdatedReplicas, desired)
+	case s.ReadyReplicas < desired && db.Status.Phase != dbv1.PhaseRunning && db.Status.Phase != dbv1.PhaseDegraded:
+		// Converged but not yet all ready, and never reached Running since the
+		// change: instances are still starting. After Running, this is Degraded.
+		return true, ReasonCreating, fmt.Sprintf("starting instances: %d/%d ready", s.ReadyReplicas, desired)
+	}
+	return false, "", ""
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func setCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: db.Generation,
+	})
+}
+
+// writeStatus patches the status subresource only when it changed.
+func (r *DatabaseReconciler) writeStatus(ctx context.Context, db *dbv1.Database, st dbv1.DatabaseStatus) error {
+	if equality.Semantic.DeepEqual(db.Status, st) {
+		return nil
+	}
+	orig := db.DeepCopy()
+	db.Status = st
+	if err := r.Status().Patch(ctx, db, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}

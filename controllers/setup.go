@@ -1,0 +1,75 @@
+package controllers
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	helmcharts "example.com/database-operator/helm-charts"
+	"example.com/database-operator/internal/chart"
+)
+
+// NewScheme returns a scheme with the built-in kinds and this operator's API.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := dbv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CacheOptions limit what the operator caches: only the namespaces it
+// manages (all when empty) and, of the kinds it owns, only objects labelled
+// as managed by it. That keeps memory flat in a big cluster and keeps other
+// workloads' Secrets out of the operator's memory.
+func CacheOptions(namespaces []string) cache.Options {
+	ours := labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy})
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.Secret{}: {Label: ours},
+		&corev1.Pod{}:    {Label: ours},
+	}
+	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
+		byObject[o] = cache.ByObject{Label: ours}
+	}
+	opts := cache.Options{ByObject: byObject}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
+// Setup adds the operator's reconcilers to a manager.
+func Setup(mgr ctrl.Manager, values ValueOptions) error {
+	renderer, err := chart.Load(helmcharts.Database, "database")
+	if err != nil {
+		return err
+	}
+	r := &DatabaseReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("database-operator"),
+		Chart:     renderer,
+		Values:    values,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the Database controller: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+{{/* The Database's name: every object is named after it. */}}
+{{- define "database.fullname" -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels that select this Database's pods. Never change them: selectors are immutable. */}}
+{{- define "database.selectorLabels" -}}
+app.kubernetes.io/name: database
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "database.labels" -}}
+{{ include "database.selectorLabels" . }}
+app.kubernetes.io/component: {{ .Values.engine | quote }}
+app.kubernetes.io/managed-by: database-operator
+app.kubernetes.io/part-of: database-operator
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The role label the operator sets on pods: primary or replica. */}}
+{{- define "database.roleLabel" -}}database.example.com/role{{- end -}}
+
+{{- define "database.image" -}}
+{{- if .Values.image -}}
+{{ .Values.image }}
+{{- else -}}
+{{ index .Values.images .Values.engine }}:{{ .Values.version }}
+{{- end -}}
+{{- end -}}
+
+{{- define "database.port" -}}
+{{- if eq .Values.engine "postgresql" -}}5432{{- else -}}3306{{- end -}}
+{{- end -}}
+
+{{- define "database.portName" -}}
+{{- if eq .Values.engine "postgresql" -}}postgresql{{- else -}}mysql{{- end -}}
+{{- end -}}
+
+{{- define "database.credentialsSecret" -}}
+{{- .Values.credentialsSecret | default (printf "%s-credentials" (include "database.fullname" .)) -}}
+{{- end -}}
+
+{{/* Where the data volume is mounted. */}}
+{{- define "database.dataPath" -}}
+{{- if eq .Values.engine "postgresql" -}}/var/lib/postgresql/data{{- else -}}/var/lib/mysql{{- end -}}
+{{- end -}}
+
+{{/* Where PostgreSQL's configuration from the ConfigMap is mounted. */}}
+{{- define "database.configPath" -}}/etc/postgresql/operator{{- end -}}
+
+{{/* The uid and gid the official images run their server as. */}}
+{{- define "database.uid" -}}999{{- end -}}
