@@ -268,4 +268,3 @@ func metaItems(list client.ObjectList) ([]client.Object, error) {
 	}
 	return out, nil
 }
-

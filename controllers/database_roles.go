@@ -46,6 +46,10 @@ func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Databa
 		if err := r.applyPodRole(ctx, pod, role); err != nil {
 			return err
 		}
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[labelRole] = role // status, computed next, sees the label it now has
 		r.event(db, corev1.EventTypeNormal, "RoleAssigned", "Label", "Pod %s is now %s", pod.Name, role)
 	}
 	return nil

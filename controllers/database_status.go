@@ -103,6 +103,9 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	switch {
 	case obs.err != nil:
 		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
+	case !progressing && !primaryReady:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonPrimaryNotReady,
+			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", primary, rolePrimary))
 	case !progressing && !allReady:
 		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonInstancesNotReady,
 			fmt.Sprintf("%d/%d instances ready after the rollout finished", ready, desired))
@@ -183,7 +186,7 @@ func setCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, typ string, status
 
 // writeStatus patches the status subresource only when it changed.
 func (r *DatabaseReconciler) writeStatus(ctx context.Context, db *dbv1.Database, st dbv1.DatabaseStatus) error {
-	if equality.Semantic.DeepEqual(db.Status, st) {
+	if equalStatus(db.Status, st) {
 		return nil
 	}
 	orig := db.DeepCopy()
@@ -193,3 +196,5 @@ func (r *DatabaseReconciler) writeStatus(ctx context.Context, db *dbv1.Database,
 	}
 	return nil
 }
+
+func equalStatus(a, b dbv1.DatabaseStatus) bool { return equality.Semantic.DeepEqual(a, b) }

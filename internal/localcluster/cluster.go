@@ -1,0 +1,377 @@
+// Package localcluster runs a real Kubernetes control plane on loopback for
+// development and tests: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok (simulated nodes whose pods become Running and
+// Ready, and a simulated volume provisioner), all built from Go modules by
+// hack/build-tools.sh. Nothing listens beyond 127.0.0.1 but kwok's node port.
+package localcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+)
+
+// StorageClass is the default storage class; kwok binds its claims.
+const StorageClass = "kwok-volume"
+
+// RequiredBinaries are the programs the control plane needs in Options.BinDir.
+func RequiredBinaries() []string {
+	return []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl"}
+}
+
+// Options configure a local cluster.
+type Options struct {
+	// BinDir holds the binaries and kwok-stages/ (hack/build-tools.sh prints it).
+	BinDir string
+	// Dir is where certificates, data, logs and the kubeconfig go. It is created.
+	Dir string
+	// Nodes is the number of simulated nodes (default 3).
+	Nodes int
+	// Timeout bounds the start (default 2 minutes).
+	Timeout time.Duration
+}
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	// Kubeconfig is the path of an admin kubeconfig.
+	Kubeconfig string
+	// Config is the admin REST config.
+	Config *rest.Config
+	// Dir is the cluster's working directory (logs in Dir/logs).
+	Dir string
+
+	pki   *pki
+	procs []*process
+}
+
+// Start starts the control plane and returns when it is ready: the API
+// server answers /readyz, the controller manager and scheduler are healthy,
+// the simulated nodes are Ready and the default storage class exists. On
+// error everything started so far is stopped again.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.Nodes <= 0 {
+		opts.Nodes = 3
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Minute
+	}
+	for _, b := range RequiredBinaries() {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("local cluster binary %s missing in %q (build it with hack/build-tools.sh): %w", b, opts.BinDir, err)
+		}
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+
+	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+			c = nil
+		}
+	}()
+	if c.pki, err = generatePKI(filepath.Join(dir, "pki")); err != nil {
+		return c, fmt.Errorf("generating PKI: %w", err)
+	}
+	ports, err := freePorts(6)
+	if err != nil {
+		return c, err
+	}
+	etcdPort, peerPort, etcdMetrics, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	if err := c.writeKubeconfig(apiURL); err != nil {
+		return c, err
+	}
+	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
+	p := c.pki.path
+
+	// etcd
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	if err := c.start("etcd", bin("etcd"), []string{
+		"--name=local", "--data-dir=" + filepath.Join(dir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=local=" + peerURL,
+		fmt.Sprintf("--listen-metrics-urls=http://127.0.0.1:%d", etcdMetrics),
+		"--unsafe-no-fsync", "--log-level=warn",
+	}, nil); err != nil {
+		return c, err
+	}
+	if err := waitFor(ctx, "etcd", c.procs, httpOK(etcdURL+"/health", nil)); err != nil {
+		return c, err
+	}
+
+	// kube-apiserver
+	if err := c.start("kube-apiserver", bin("kube-apiserver"), []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
+		// The endpoint reconciler refuses a loopback address.
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),
+		"--client-ca-file=" + p("ca.crt"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p("sa.pub"), "--service-account-signing-key-file=" + p("sa.key"),
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=RBAC",
+		"--allow-privileged=true",
+		"--requestheader-client-ca-file=" + p("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p("front-proxy-client.crt"), "--proxy-client-key-file=" + p("front-proxy-client.key"),
+		"--v=0",
+	}, nil); err != nil {
+		return c, err
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		return c, err
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return c, err
+	}
+	if err := waitFor(ctx, "kube-apiserver /readyz", c.procs, func(ctx context.Context) error {
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	}); err != nil {
+		return c, err
+	}
+
+	// kube-controller-manager and kube-scheduler, as admin: these are local
+	// test clusters, and it spares the per-controller RBAC bootstrap.
+	kc := c.Kubeconfig
+	if err := c.start("kube-controller-manager", bin("kube-controller-manager"), []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort),
+		"--controllers=*", "--leader-elect=false",
+		"--service-account-private-key-file=" + p("sa.key"), "--root-ca-file=" + p("ca.crt"),
+		"--cluster-signing-cert-file=" + p("ca.crt"), "--cluster-signing-key-file=" + p("ca.key"),
+		"--use-service-account-credentials=false",
+		"--pvclaimbinder-sync-period=1s",
+		"--concurrent-statefulset-syncs=5",
+		"--v=0",
+	}, nil); err != nil {
+		return c, err
+	}
+	if err := c.start("kube-scheduler", bin("kube-scheduler"), []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(schedPort),
+		"--leader-elect=false", "--v=0",
+	}, nil); err != nil {
+		return c, err
+	}
+	insecure := &tls.Config{InsecureSkipVerify: true} // self-signed in-memory health certificates
+	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
+		if err := waitFor(ctx, name+" /healthz", c.procs, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure)); err != nil {
+			return c, err
+		}
+	}
+
+	// kwok: simulated nodes, pods and volume provisioning.
+	stages, err := c.writeStages(filepath.Join(opts.BinDir, "kwok-stages"))
+	if err != nil {
+		return c, err
+	}
+	if err := c.start("kwok", bin("kwok"), []string{
+		"--kubeconfig=" + kc, "--config=" + stages,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+	}, []string{"HOME=" + dir}); err != nil {
+		return c, err
+	}
+	if err := c.createNodesAndStorage(ctx, cs, opts.Nodes); err != nil {
+		return c, err
+	}
+	if err := waitFor(ctx, "nodes Ready", c.procs, nodesReady(cs, opts.Nodes)); err != nil {
+		return c, err
+	}
+	if err := waitFor(ctx, "default ServiceAccount", c.procs, func(ctx context.Context) error {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(name, bin string, args, env []string) error {
+	p, err := startProcess(c.Dir, name, bin, args, env)
+	if err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+// Stop stops every component, newest first, and waits for each to exit.
+// It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	if c == nil {
+		return nil
+	}
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		_ = c.procs[i].stop(10 * time.Second)
+	}
+	c.procs = nil
+	return nil
+}
+
+// Failed returns an error when a component has exited on its own.
+func (c *Cluster) Failed() error {
+	for _, p := range c.procs {
+		if done, err := p.exited(); done {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig(server string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: c.pki.path("ca.crt")}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: c.pki.path("admin.crt"), ClientKey: c.pki.path("admin.key")}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin", Namespace: "default"}
+	cfg.CurrentContext = "local"
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
+
+// writeStages joins kwok's Stage documents into one config file (kwok has no
+// built-in stages, and a KwokConfiguration document beside them fails).
+func (c *Cluster) writeStages(stageDir string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(stageDir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no kwok stages in %s: %v", stageDir, err)
+	}
+	var docs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		docs = append(docs, strings.TrimSpace(string(b)))
+	}
+	out := filepath.Join(c.Dir, "kwok-stages.yaml")
+	return out, os.WriteFile(out, []byte(strings.Join(docs, "\n---\n")+"\n"), 0o644)
+}
+
+func (c *Cluster) createNodesAndStorage(ctx context.Context, cs kubernetes.Interface, n int) error {
+	for i := range n {
+		name := fmt.Sprintf("kwok-node-%d", i)
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        name,
+				Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+				Labels:      map[string]string{"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
+			},
+			Status: corev1.NodeStatus{
+				Capacity: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110"),
+				},
+				Allocatable: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110"),
+				},
+			},
+		}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %s: %w", name, err)
+		}
+	}
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: StorageClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner:       "kwok.x-k8s.io/volume",
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
+		// kwok's simulated volumes have no size to grow; allowing expansion
+		// lets the operator's resize path run end to end.
+		AllowVolumeExpansion: ptr.To(true),
+	}
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating storage class: %w", err)
+	}
+	return nil
+}
+
+func nodesReady(cs kubernetes.Interface, n int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, node := range nodes.Items {
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready < n {
+			return fmt.Errorf("%d/%d nodes ready: %w", ready, n, errNotYet)
+		}
+		return nil
+	}
+}
+
+func httpOK(url string, tlsConfig *tls.Config) func(context.Context) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// freePorts asks the kernel for n distinct free ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
