@@ -34,7 +34,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.version) || (self.engine == 'postgresql' && self.version in ['15', '16', '17']) || (self.engine == 'mysql' && self.version in ['8.4']) || (self.engine == 'mariadb' && self.version in ['10.11', '11.4', '11.8'])",messageExpression="'version ' + self.version + ' is not supported for engine ' + self.engine + '; supported: postgresql 15, 16, 17; mysql 8.4; mariadb 10.11, 11.4, 11.8'",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="has(self.version) || !has(oldSelf.version)",message="version cannot be removed once set",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="self.engine != 'postgresql' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version",message="PostgreSQL major version cannot change in place (the data directory needs pg_upgrade); restore a backup into a new Database instead",fieldPath=.version
-// +kubebuilder:validation:XValidation:rule="self.engine == 'postgresql' || !has(oldSelf.version) || !has(self.version) || (self.engine == 'mysql' ? true : ['10.11', '11.4', '11.8'].indexOf(self.version) >= ['10.11', '11.4', '11.8'].indexOf(oldSelf.version))",message="version cannot be downgraded: MariaDB data files are not backward compatible",fieldPath=.version
+// +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version || (oldSelf.version == '10.11' && self.version in ['11.4', '11.8']) || (oldSelf.version == '11.4' && self.version == '11.8')",message="MariaDB version cannot be downgraded: its data files are not backward compatible",fieldPath=.version
 type DatabaseSpec struct {
 	// Engine is the database server: postgresql, mysql or mariadb. It cannot
 	// change after creation.
@@ -47,11 +47,13 @@ type DatabaseSpec struct {
 	// MariaDB: 10.11, 11.4, 11.8. MariaDB may move to a newer version, never
 	// an older one; PostgreSQL keeps its major version.
 	// +optional
+	// +kubebuilder:validation:MaxLength=16
 	Version string `json:"version,omitempty"`
 
 	// Image overrides the container image the engine and version select.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
 
 	// Replicas is the number of instances: one primary and replicas-1
@@ -91,6 +93,7 @@ type StorageSpec struct {
 	// storage class. It cannot change after creation.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
@@ -153,6 +156,7 @@ type DatabaseStatus struct {
 
 	// Version is the server version in effect (spec.version or the engine's default).
 	// +optional
+	// +kubebuilder:validation:MaxLength=16
 	Version string `json:"version,omitempty"`
 
 	// Replicas is the number of instances that exist (for the scale subresource).

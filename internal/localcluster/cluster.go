@@ -374,4 +374,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
-

@@ -1,0 +1,286 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// TestDatabaseBecomesRunning: a three-instance PostgreSQL Database gets its
+// StatefulSet, Services, PDB, ConfigMap, NetworkPolicy and Secret, all
+// controlled by it; its pods become Ready, one labelled primary; the
+// read-write Service's endpoints point at the primary alone.
+func TestDatabaseBecomesRunning(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := database(ns, "orders", dbv1.EnginePostgreSQL, 3)
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	got := waitRunning(t, db, 3)
+
+	if got.Status.CurrentPrimary != "orders-0" || got.Status.Version != "17" {
+		t.Errorf("status primary %q version %q", got.Status.CurrentPrimary, got.Status.Version)
+	}
+	if got.Status.Endpoints.ReadWrite != "orders-rw."+ns+".svc:5432" {
+		t.Errorf("read-write endpoint %q", got.Status.Endpoints.ReadWrite)
+	}
+	if !slices.Contains(got.Finalizers, "database.example.com/cleanup") {
+		t.Errorf("finalizers %v", got.Finalizers)
+	}
+	for _, obj := range []client.Object{
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "orders"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "orders-rw"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "orders-ro"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "orders-headless"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "orders-credentials"}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "orders"}},
+		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orders"}},
+	} {
+		obj.SetNamespace(ns)
+		if err := get(t, obj); err != nil {
+			t.Errorf("%T %s: %v", obj, obj.GetName(), err)
+			continue
+		}
+		if !metav1.IsControlledBy(obj, got) {
+			t.Errorf("%T %s is not controlled by the Database: %v", obj, obj.GetName(), obj.GetOwnerReferences())
+		}
+		if mf := obj.GetManagedFields(); len(mf) == 0 || !slices.ContainsFunc(mf, func(e metav1.ManagedFieldsEntry) bool { return e.Manager == "database-operator" }) {
+			t.Errorf("%T %s has no fields managed by database-operator", obj, obj.GetName())
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-credentials"}}
+	if err := get(t, secret); err == nil && (string(secret.Data["username"]) != "postgres" || len(secret.Data["password"]) != 32) {
+		t.Errorf("credentials: user %q, password of %d bytes", secret.Data["username"], len(secret.Data["password"]))
+	}
+
+	primaries := 0
+	for _, p := range podsOf(t, db) {
+		switch p.Labels["database.example.com/role"] {
+		case "primary":
+			primaries++
+			if p.Name != "orders-0" {
+				t.Errorf("pod %s is primary", p.Name)
+			}
+		case "replica":
+		default:
+			t.Errorf("pod %s has role %q", p.Name, p.Labels["database.example.com/role"])
+		}
+	}
+	if primaries != 1 {
+		t.Errorf("%d primaries", primaries)
+	}
+
+	// The read-write Service routes to the primary only; read-only to the replicas.
+	for svc, want := range map[string][]string{"orders-rw": {"orders-0"}, "orders-ro": {"orders-1", "orders-2"}} {
+		eventually(t, 30*time.Second, svc+" endpoints", func() string {
+			got := endpointPods(t, ns, svc)
+			if !slices.Equal(got, want) {
+				return fmt.Sprintf("endpoints %v, want %v", got, want)
+			}
+			return ""
+		})
+	}
+}
+
+func endpointPods(t *testing.T, ns, svc string) []string {
+	t.Helper()
+	slices_ := &discoveryv1.EndpointSliceList{}
+	if err := testEnv.client.List(context.Background(), slices_, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, s := range slices_.Items {
+		for _, e := range s.Endpoints {
+			if e.TargetRef != nil && e.Conditions.Ready != nil && *e.Conditions.Ready {
+				pods = append(pods, e.TargetRef.Name)
+			}
+		}
+	}
+	slices.Sort(pods)
+	return pods
+}
+
+// TestSteadyStateIssuesNoWrites: once a Database is Running, a reconcile
+// (triggered here by an annotation) sends no write request at all.
+func TestSteadyStateIssuesNoWrites(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := database(ns, "steady", dbv1.EngineMariaDB, 2)
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 2)
+	// Let the last status write and pod events settle.
+	settle(t, 3*time.Second)
+
+	before := testEnv.writes.count()
+	reconcilesBefore := reconcileCount(t)
+	for i := range 3 {
+		got := &dbv1.Database{}
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		metav1.SetMetaDataAnnotation(&got.ObjectMeta, "test/poke", fmt.Sprint(i))
+		if err := testEnv.client.Patch(ctx, got, patch); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "a reconcile", func() string {
+			if reconcileCount(t) <= reconcilesBefore {
+				return "no reconcile yet"
+			}
+			return ""
+		})
+		reconcilesBefore = reconcileCount(t)
+	}
+	time.Sleep(time.Second)
+	if n := testEnv.writes.count() - before; n != 0 {
+		t.Errorf("steady-state reconciles sent %d write requests; latest writes:\n%s", n, testEnv.writes.recent())
+	}
+}
+
+// settle waits until the operator has sent no write for the given quiet period.
+func settle(t *testing.T, quiet time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	last, since := testEnv.writes.count(), time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		if n := testEnv.writes.count(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= quiet {
+			return
+		}
+	}
+	t.Fatalf("the operator kept writing; latest:\n%s", testEnv.writes.recent())
+}
+
+// TestScaleUpAndDown scales through the scale subresource, as
+// `kubectl scale db/x --replicas=N` does: up to three (a PDB appears), down to
+// one (the PDB is pruned; the removed instances' volumes stay).
+func TestScaleUpAndDown(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := database(ns, "scaled", dbv1.EngineMariaDB, 1)
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scaled"}}
+	if err := get(t, pdb); !apierrors.IsNotFound(err) {
+		t.Errorf("a single instance has a PDB (err %v)", err)
+	}
+
+	scale := func(n int32) {
+		s := &autoscalingv1.Scale{}
+		if err := testEnv.client.SubResource("scale").Get(ctx, db, s); err != nil {
+			t.Fatal(err)
+		}
+		s.Spec.Replicas = n
+		if err := testEnv.client.SubResource("scale").Update(ctx, db, client.WithSubResourceBody(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scale(3)
+	got := waitRunning(t, db, 3)
+	if got.Spec.Replicas != 3 {
+		t.Errorf("spec.replicas %d after scaling", got.Spec.Replicas)
+	}
+	s := &autoscalingv1.Scale{}
+	if err := testEnv.client.SubResource("scale").Get(ctx, db, s); err != nil || s.Status.Replicas != 3 || s.Status.Selector == "" {
+		t.Errorf("scale subresource status %+v (err %v)", s.Status, err)
+	}
+	eventually(t, 10*time.Second, "a PDB", func() string {
+		if err := get(t, pdb); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+
+	scale(1)
+	waitRunning(t, db, 1)
+	eventually(t, 30*time.Second, "one pod and the PDB pruned", func() string {
+		if n := len(podsOf(t, db)); n != 1 {
+			return fmt.Sprintf("%d pods", n)
+		}
+		if err := get(t, pdb); !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("PDB still there (err %v)", err)
+		}
+		return ""
+	})
+	if n := len(pvcsOf(t, db)); n != 3 {
+		t.Errorf("%d PVCs after scaling down, want all 3 kept", n)
+	}
+}
+
+// TestVersionChangeRollsStatefulSet: moving MariaDB 10.11 to 11.4 changes the
+// image and rolls every pod; the Database reports Updating then Running on
+// the new version.
+func TestVersionChangeRollsStatefulSet(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := database(ns, "rolling", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.Version = "10.11" })
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 2)
+	oldUIDs := map[string]bool{}
+	for _, p := range podsOf(t, db) {
+		oldUIDs[string(p.UID)] = true
+	}
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rolling"}}
+	if err := get(t, sts); err != nil {
+		t.Fatal(err)
+	}
+	oldRevision := sts.Status.UpdateRevision
+
+	got := &dbv1.Database{}
+	if err := get(t, db.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.Version = "11.4"
+	if err := testEnv.client.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "every pod replaced on the new image", func() string {
+		if err := get(t, sts); err != nil {
+			return err.Error()
+		}
+		image := sts.Spec.Template.Spec.Containers[0].Image
+		if image != "mariadb:11.4" {
+			return "image " + image
+		}
+		if sts.Status.UpdateRevision == oldRevision || sts.Status.CurrentRevision != sts.Status.UpdateRevision || sts.Status.UpdatedReplicas != 2 {
+			return fmt.Sprintf("revision %s -> %s, %d updated", sts.Status.CurrentRevision, sts.Status.UpdateRevision, sts.Status.UpdatedReplicas)
+		}
+		for _, p := range podsOf(t, db) {
+			if oldUIDs[string(p.UID)] {
+				return "pod " + p.Name + " not replaced yet"
+			}
+		}
+		return ""
+	})
+	after := waitRunning(t, db, 2)
+	if after.Status.Version != "11.4" {
+		t.Errorf("status.version %q", after.Status.Version)
+	}
+}

@@ -1,0 +1,202 @@
+// Package integration runs the operator against a real local control plane
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok),
+// started once for the package by TestMain.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	"example.com/database-operator/controllers"
+	"example.com/database-operator/internal/localcluster"
+)
+
+// env is what every test uses: a client as a user would have one, and the
+// count of write requests the operator has sent.
+type env struct {
+	cluster *localcluster.Cluster
+	client  client.Client
+	writes  *writeCounter
+}
+
+// testEnv is set once by TestMain and only read by the tests.
+var testEnv env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	bin := os.Getenv("LOCAL_CLUSTER_BIN")
+	if bin == "" {
+		fmt.Fprintln(os.Stderr, "LOCAL_CLUSTER_BIN is not set: run these tests with `make test-integration`")
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "dbop-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	start := time.Now()
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
+		return 1
+	}
+	defer c.Stop()
+	fmt.Printf("local cluster up in %.1fs (logs: %s)\n", time.Since(start).Seconds(), filepath.Join(dir, "logs"))
+
+	if err := installCRDs(ctx, c.Config, "../../config/crd/bases"); err != nil {
+		fmt.Fprintln(os.Stderr, "installing CRDs:", err)
+		return 1
+	}
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	userClient, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	// The operator runs in-process, with its own REST config whose transport
+	// counts the write requests it sends.
+	writes := &writeCounter{}
+	opCfg := rest.CopyConfig(c.Config)
+	opCfg.Wrap(writes.wrap)
+	ctrl.SetLogger(zap.New(zap.WriteTo(openLog(dir)), zap.UseDevMode(false)))
+	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false, // lease renewals would count as writes
+		Cache:                  controllers.CacheOptions(nil),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := controllers.Setup(mgr, controllers.ValueOptions{OperatorNamespace: "database-operator-system"}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(ctx) }()
+
+	testEnv = env{cluster: c, client: userClient, writes: writes}
+	code := m.Run()
+	cancel()
+	if err := <-mgrDone; err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+	}
+	if code != 0 {
+		fmt.Printf("cluster and operator logs kept in %s\n", dir)
+	} else {
+		c.Stop()
+		_ = os.RemoveAll(dir)
+	}
+	return code
+}
+
+func openLog(dir string) *os.File {
+	f, err := os.Create(filepath.Join(dir, "logs", "operator.log"))
+	if err != nil {
+		return os.Stderr
+	}
+	return f
+}
+
+func installCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
+		}
+	}
+	return nil
+}
+
+// writeCounter counts the requests that change state: everything but
+// GET (which includes list and watch), HEAD and OPTIONS.
+type writeCounter struct {
+	n   atomic.Int64
+	log atomic.Value // []string of the latest writes, for failure messages
+}
+
+func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		switch req.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			w.n.Add(1)
+			prev, _ := w.log.Load().([]string)
+			entry := req.Method + " " + req.URL.Path
+			w.log.Store(append(prev[max(0, len(prev)-20):len(prev):len(prev)], entry))
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+func (w *writeCounter) count() int64 { return w.n.Load() }
+
+func (w *writeCounter) recent() string {
+	l, _ := w.log.Load().([]string)
+	return strings.Join(l, "\n")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
