@@ -67,7 +67,7 @@ func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.
 		if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
 			return err
 		}
-		if err := r.Create(ctx, secret); err != nil {
+		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
 			return fmt.Errorf("creating Secret %s: %w", key.Name, err)
 		}
 		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated superuser credentials in Secret %s", key.Name)
@@ -89,7 +89,7 @@ func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.
 	if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
 		return err
 	}
-	if err := r.Patch(ctx, secret, patch); err != nil {
+	if err := r.Patch(ctx, secret, patch, client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("adopting Secret %s: %w", key.Name, err)
 	}
 	r.event(db, corev1.EventTypeNormal, "CredentialsAdopted", "Adopt", "Reusing the retained credentials in Secret %s", key.Name)

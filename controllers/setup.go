@@ -61,7 +61,7 @@ func Setup(mgr ctrl.Manager, values ValueOptions) error {
 		return err
 	}
 	r := &DatabaseReconciler{
-		Client:    mgr.GetClient(),
+		Client:    client.WithFieldOwner(mgr.GetClient(), FieldOwner), // one field owner for every write
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    mgr.GetScheme(),
 		Recorder:  mgr.GetEventRecorder("database-operator"),

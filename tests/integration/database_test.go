@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,9 +128,9 @@ func TestSteadyStateIssuesNoWrites(t *testing.T) {
 	}
 	waitRunning(t, db, 2)
 	// Let the last status write and pod events settle.
-	settle(t, 3*time.Second)
+	settle(t, ns, 3*time.Second)
 
-	before := testEnv.writes.count()
+	before := testEnv.writes.mark()
 	reconcilesBefore := reconcileCount(t)
 	for i := range 3 {
 		got := &dbv1.Database{}
@@ -150,25 +151,27 @@ func TestSteadyStateIssuesNoWrites(t *testing.T) {
 		reconcilesBefore = reconcileCount(t)
 	}
 	time.Sleep(time.Second)
-	if n := testEnv.writes.count() - before; n != 0 {
-		t.Errorf("steady-state reconciles sent %d write requests; latest writes:\n%s", n, testEnv.writes.recent())
+	if w := testEnv.writes.since(before, ns); len(w) != 0 {
+		t.Errorf("steady-state reconciles sent %d write requests:\n%s", len(w), strings.Join(w, "\n"))
 	}
 }
 
-// settle waits until the operator has sent no write for the given quiet period.
-func settle(t *testing.T, quiet time.Duration) {
+// settle waits until the operator has sent no write to the namespace for
+// the given quiet period.
+func settle(t *testing.T, ns string, quiet time.Duration) {
 	t.Helper()
+	start := testEnv.writes.mark()
 	deadline := time.Now().Add(60 * time.Second)
-	last, since := testEnv.writes.count(), time.Now()
+	last, since := 0, time.Now()
 	for time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)
-		if n := testEnv.writes.count(); n != last {
+		if n := len(testEnv.writes.since(start, ns)); n != last {
 			last, since = n, time.Now()
 		} else if time.Since(since) >= quiet {
 			return
 		}
 	}
-	t.Fatalf("the operator kept writing; latest:\n%s", testEnv.writes.recent())
+	t.Fatalf("the operator kept writing:\n%s", strings.Join(testEnv.writes.since(start, ns), "\n"))
 }
 
 // TestScaleUpAndDown scales through the scale subresource, as

@@ -10,7 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,11 +169,11 @@ func installCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
 	return nil
 }
 
-// writeCounter counts the requests that change state: everything but
+// writeCounter records the requests that change state: everything but
 // GET (which includes list and watch), HEAD and OPTIONS.
 type writeCounter struct {
-	n   atomic.Int64
-	log atomic.Value // []string of the latest writes, for failure messages
+	mu     sync.Mutex
+	writes []string
 }
 
 func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -181,20 +181,32 @@ func (w *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		switch req.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
-			w.n.Add(1)
-			prev, _ := w.log.Load().([]string)
-			entry := req.Method + " " + req.URL.Path
-			w.log.Store(append(prev[max(0, len(prev)-20):len(prev):len(prev)], entry))
+			w.mu.Lock()
+			w.writes = append(w.writes, req.Method+" "+req.URL.Path)
+			w.mu.Unlock()
 		}
 		return rt.RoundTrip(req)
 	})
 }
 
-func (w *writeCounter) count() int64 { return w.n.Load() }
+// mark returns a position to pass to since.
+func (w *writeCounter) mark() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.writes)
+}
 
-func (w *writeCounter) recent() string {
-	l, _ := w.log.Load().([]string)
-	return strings.Join(l, "\n")
+// since returns the writes after mark to the given namespace.
+func (w *writeCounter) since(mark int, namespace string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, wr := range w.writes[mark:] {
+		if strings.Contains(wr, "/namespaces/"+namespace+"/") {
+			out = append(out, wr)
+		}
+	}
+	return out
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

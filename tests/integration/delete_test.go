@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// TestDeletionPolicyRetain: deleting the Database keeps the PVCs and the
+// credentials Secret (released, so the garbage collector leaves it); a new
+// Database of the same name adopts both and comes back Running.
+func TestDeletionPolicyRetain(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := database(ns, "kept", dbv1.EnginePostgreSQL, 2)
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 2)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept-credentials"}}
+	if err := get(t, secret); err != nil {
+		t.Fatal(err)
+	}
+	password := string(secret.Data["password"])
+
+	if err := testEnv.client.Delete(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, db)
+	eventually(t, 60*time.Second, "the StatefulSet's pods gone", func() string {
+		if n := len(podsOf(t, db)); n != 0 {
+			return fmt.Sprintf("%d pods", n)
+		}
+		return ""
+	})
+	if n := len(pvcsOf(t, db)); n != 2 {
+		t.Fatalf("%d PVCs after deletion with Retain, want 2", n)
+	}
+	if err := get(t, secret); err != nil {
+		t.Fatalf("credentials Secret: %v", err)
+	}
+	if len(secret.OwnerReferences) != 0 {
+		t.Errorf("retained Secret still has owners %v", secret.OwnerReferences)
+	}
+
+	again := database(ns, "kept", dbv1.EnginePostgreSQL, 2)
+	if err := testEnv.client.Create(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	got := waitRunning(t, again, 2)
+	if err := get(t, secret); err != nil {
+		t.Fatal(err)
+	}
+	if string(secret.Data["password"]) != password || !metav1.IsControlledBy(secret, got) {
+		t.Errorf("the recreated Database did not adopt the retained credentials (owners %v)", secret.OwnerReferences)
+	}
+	if n := len(pvcsOf(t, again)); n != 2 {
+		t.Errorf("%d PVCs after recreation, want the 2 retained ones", n)
+	}
+}
+
+// TestDeletionPolicyDelete: deleting the Database deletes its PVCs.
+func TestDeletionPolicyDelete(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	db := database(ns, "gone", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 2)
+	if n := len(pvcsOf(t, db)); n != 2 {
+		t.Fatalf("%d PVCs, want 2", n)
+	}
+	if err := testEnv.client.Delete(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, db)
+	eventually(t, 60*time.Second, "PVCs deleted", func() string {
+		if n := len(pvcsOf(t, db)); n != 0 {
+			return fmt.Sprintf("%d PVCs left", n)
+		}
+		return ""
+	})
+}
+
+func waitGone(t *testing.T, db *dbv1.Database) {
+	t.Helper()
+	eventually(t, 30*time.Second, db.Name+" deleted", func() string {
+		if err := get(t, db.DeepCopy()); !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("still there (err %v)", err)
+		}
+		return ""
+	})
+}
