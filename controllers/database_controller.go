@@ -6,6 +6,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +43,6 @@ type DatabaseReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -94,6 +94,10 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	st := computeStatus(db, obs)
+	result := ctrl.Result{}
+	if obs.waiting != "" {
+		result.RequeueAfter = time.Second
+	}
 	if db.Status.Phase != st.Phase {
 		typ := corev1.EventTypeNormal
 		if st.Phase == dbv1.PhaseDegraded || st.Phase == dbv1.PhaseFailed {
@@ -107,15 +111,25 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return ctrl.Result{}, fmt.Errorf("%w (reconcile error: %v)", err, obs.err)
 	}
-	return ctrl.Result{}, obs.err
+	return result, obs.err
 }
 
 // reconcileObjects renders the chart, applies what changed and prunes what
 // the render no longer produces.
-func (r *DatabaseReconciler) reconcileObjects(ctx context.Context, db *dbv1.Database, _ *observed) error {
+func (r *DatabaseReconciler) reconcileObjects(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	desired, err := desiredObjects(r.Chart, db, r.Values)
 	if err != nil {
 		return err
+	}
+	replacing, err := r.reconcileStorage(ctx, db)
+	if err != nil {
+		return err
+	}
+	if replacing {
+		// The orphaned StatefulSet is still going away; its deletion event
+		// brings the next reconcile, which creates the new one.
+		obs.waiting = "replacing the StatefulSet to grow the volumes"
+		return nil
 	}
 	applied, err := r.applyObjects(ctx, desired)
 	if len(applied) > 0 {

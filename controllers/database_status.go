@@ -20,6 +20,7 @@ import (
 type observed struct {
 	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
 	pods        []corev1.Pod
+	waiting     string // set when a phase waits on something before it can go on
 	failedPhase string // the reconcile phase that failed, if any
 	err         error  // what it failed with
 }
@@ -32,6 +33,7 @@ const (
 	ReasonCreating           = "Creating"
 	ReasonScaling            = "Scaling"
 	ReasonRollingUpdate      = "RollingUpdate"
+	ReasonResizing           = "Resizing"
 	ReasonReconciled         = "Reconciled"
 	ReasonAsExpected         = "AsExpected"
 	ReasonDeleting           = "Deleting"
@@ -76,6 +78,9 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	}
 
 	progressing, progressReason, progressMsg := rollout(db, obs.statefulSet, desired)
+	if obs.waiting != "" {
+		progressing, progressReason, progressMsg = true, ReasonResizing, obs.waiting
+	}
 	allReady := primaryReady && ready == desired
 
 	// Ready
@@ -132,7 +137,7 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 		st.Phase = dbv1.PhaseDegraded
 	}
 
-	if obs.err == nil {
+	if obs.err == nil && obs.waiting == "" {
 		st.ObservedGeneration = db.Generation
 	}
 	return st
