@@ -7,7 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export KUBECONFIG="${KUBECONFIG:-$root/.local/kubeconfig}"
 kubectl="$root/.local/bin/kubectl"
 
-"$kubectl" apply -f "$root/config/samples/"
+"$kubectl" apply -f "$root/config/samples/example_v1_database.yaml"
 # Status as it changes, next to the operator's logs.
 "$kubectl" get databases --all-namespaces --watch \
 	-o custom-columns='NAME:.metadata.name,ENGINE:.spec.engine,VERSION:.status.version,READY:.status.readyReplicas,PHASE:.status.phase,PRIMARY:.status.currentPrimary' &

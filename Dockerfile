@@ -1,0 +1,17 @@
+# For users with Docker. CI builds no images here (no daemon on its machines).
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY api/ api/
+COPY cmd/ cmd/
+COPY controllers/ controllers/
+COPY internal/ internal/
+COPY helm-charts/ helm-charts/
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /manager ./cmd/manager
+
+# A static binary on an empty base, running as a non-root user.
+FROM scratch
+COPY --from=build /manager /manager
+USER 65532:65532
+ENTRYPOINT ["/manager"]
