@@ -32,10 +32,13 @@ manifests: ## Generate the CRD and RBAC into config/.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: verify-generated
-verify-generated: generate manifests ## Fail when a generated file is stale.
-	@if [[ -n "$$(git status --porcelain -- api config)" ]]; then \
-		echo "generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
+verify-generated: ## Fail when a generated file is stale (works on a dirty tree too).
+	@snap() { git status --porcelain -- api config; git --no-pager diff -- api config; }; \
+	before=$$(snap | sha256sum); \
+	$(MAKE) -s generate manifests; \
+	if [[ "$$(snap | sha256sum)" != "$$before" ]]; then \
+		echo "generated files were stale and have been regenerated; review and commit:"; \
+		git status --porcelain -- api config; exit 1; fi
 
 .PHONY: fmt
 fmt: ## gofmt the code.
@@ -57,7 +60,7 @@ build: ## Build the operator binary into bin/.
 cluster: ## Start the local control plane in the background; kubeconfig in .local/kubeconfig, binaries in .local/bin.
 	@BIN=$$(hack/build-tools.sh cluster); \
 	go build -o $(LOCAL)/localcluster ./cmd/localcluster && \
-	$(LOCAL)/localcluster up --bin-dir "$$BIN" --dir $(LOCAL)
+	$(LOCAL)/localcluster up --bin-dir "$$BIN" --dir $(LOCAL) --crds config/crd/bases
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane.

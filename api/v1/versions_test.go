@@ -23,7 +23,7 @@ func TestCRDVersionRulesMatchGo(t *testing.T) {
 	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
 	var supportedRule string
 	for _, r := range spec.XValidations {
-		if strings.Contains(r.Rule, "self.version in") {
+		if strings.Contains(r.MessageExpression, "is not supported for engine") {
 			supportedRule = r.Rule + " " + r.MessageExpression
 		}
 	}

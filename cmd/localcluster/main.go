@@ -31,16 +31,17 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	binDir := fs.String("bin-dir", os.Getenv("LOCAL_CLUSTER_BIN"), "directory with the control-plane binaries (hack/build-tools.sh prints it)")
 	dir := fs.String("dir", ".local", "state directory: kubeconfig, logs, data, bin/ links")
+	crds := fs.String("crds", "", "directory of CRD manifests to install before the controller manager starts")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*binDir, *dir)
+		err = up(*binDir, *dir, *crds)
 	case "down":
 		err = down(*dir)
 	case "serve":
-		err = serve(*binDir, *dir)
+		err = serve(*binDir, *dir, *crds)
 	default:
 		err = fmt.Errorf("unknown command %q: want up, down or serve", os.Args[1])
 	}
@@ -68,7 +69,7 @@ func running(dir string) int {
 
 // up starts `serve` detached (its own session, logging to dir/cluster.log)
 // and waits until it reports ready or dies.
-func up(binDir, dir string) error {
+func up(binDir, dir, crds string) error {
 	if pid := running(dir); pid != 0 {
 		if _, err := os.Stat(readyFile(dir)); err == nil {
 			fmt.Printf("local cluster already running (pid %d); KUBECONFIG=%s\n", pid, filepath.Join(dir, "cluster", "kubeconfig"))
@@ -88,7 +89,7 @@ func up(binDir, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "serve", "--bin-dir", binDir, "--dir", dir)
+	cmd := exec.Command(self, "serve", "--bin-dir", binDir, "--dir", dir, "--crds", crds)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -131,7 +132,7 @@ func down(dir string) error {
 	return errors.New("local cluster did not stop within 30s")
 }
 
-func serve(binDir, dir string) error {
+func serve(binDir, dir, crds string) error {
 	if binDir == "" {
 		return errors.New("--bin-dir (or LOCAL_CLUSTER_BIN) is required")
 	}
@@ -147,7 +148,15 @@ func serve(binDir, dir string) error {
 		return err
 	}
 	defer os.Remove(pidFile(dir))
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: binDir, Dir: stateDir})
+	opts := localcluster.Options{BinDir: binDir, Dir: stateDir}
+	if crds != "" {
+		abs, err := filepath.Abs(crds)
+		if err != nil {
+			return err
+		}
+		opts.CRDDirs = []string{abs}
+	}
+	c, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}

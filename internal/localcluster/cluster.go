@@ -46,6 +46,9 @@ type Options struct {
 	Nodes int
 	// Timeout bounds the start (default 2 minutes).
 	Timeout time.Duration
+	// CRDDirs hold CRD manifests to install before the controller manager
+	// starts, so its garbage collector knows those kinds from the start.
+	CRDDirs []string
 }
 
 // Cluster is a running local control plane.
@@ -150,6 +153,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 		return c, err
 	}
+	// A local cluster serves tests and one developer: no client-side throttling.
+	c.Config.QPS, c.Config.Burst = 200, 400
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		return c, err
@@ -159,6 +164,12 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return err
 	}); err != nil {
 		return c, err
+	}
+
+	for _, d := range opts.CRDDirs {
+		if err := InstallCRDs(ctx, c.Config, d); err != nil {
+			return c, fmt.Errorf("installing CRDs from %s: %w", d, err)
+		}
 	}
 
 	// kube-controller-manager and kube-scheduler, as admin: these are local

@@ -253,17 +253,7 @@ func TestVersionChangeRollsStatefulSet(t *testing.T) {
 	}
 	oldRevision := sts.Status.UpdateRevision
 
-	got := &dbv1.Database{}
-	if err := get(t, db.DeepCopy()); err != nil {
-		t.Fatal(err)
-	}
-	if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.Version = "11.4"
-	if err := testEnv.client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Version = "11.4" })
 	eventually(t, 90*time.Second, "every pod replaced on the new image", func() string {
 		if err := get(t, sts); err != nil {
 			return err.Error()

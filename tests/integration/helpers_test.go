@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -110,4 +111,21 @@ func pvcsOf(t *testing.T, db *dbv1.Database) []corev1.PersistentVolumeClaim {
 		t.Fatal(err)
 	}
 	return pvcs.Items
+}
+
+// updateSpec changes a Database's spec, retrying when the operator's own
+// writes (finalizer, status) moved the resourceVersion in between.
+func updateSpec(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		got := &dbv1.Database{}
+		if err := testEnv.client.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+			return err
+		}
+		mutate(got)
+		return testEnv.client.Update(context.Background(), got)
+	})
+	if err != nil {
+		t.Fatalf("updating %s: %v", db.Name, err)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -35,14 +34,7 @@ func TestStorageGrows(t *testing.T) {
 	}
 	oldSTS := sts.UID
 
-	got := &dbv1.Database{}
-	if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.Storage.Size = resource.MustParse("3Gi")
-	if err := testEnv.client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("3Gi") })
 	want := resource.MustParse("3Gi")
 	eventually(t, 60*time.Second, "volumes and template at 3Gi", func() string {
 		for _, pvc := range pvcsOf(t, db) {
@@ -63,12 +55,15 @@ func TestStorageGrows(t *testing.T) {
 		return ""
 	})
 	waitRunning(t, db, 2)
-	for _, p := range podsOf(t, db) {
-		if podUIDs[p.Name] != string(p.UID) {
-			t.Errorf("pod %s was restarted by the volume expansion", p.Name)
+	eventually(t, 30*time.Second, "the running pods adopted, not restarted", func() string {
+		for _, p := range podsOf(t, db) {
+			if podUIDs[p.Name] != string(p.UID) {
+				t.Fatalf("pod %s was restarted by the volume expansion", p.Name)
+			}
+			if ref := metav1.GetControllerOf(&p); ref == nil || ref.Kind != "StatefulSet" {
+				return fmt.Sprintf("pod %s not adopted yet: %v", p.Name, p.OwnerReferences)
+			}
 		}
-		if ref := metav1.GetControllerOf(&p); ref == nil || ref.Kind != "StatefulSet" {
-			t.Errorf("pod %s not adopted by the new StatefulSet: %v", p.Name, p.OwnerReferences)
-		}
-	}
+		return ""
+	})
 }

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -93,14 +94,17 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := &dbv1.Database{}
-			if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(tt.db), before); err != nil {
-				t.Fatal(err)
-			}
-			changed := before.DeepCopy()
-			tt.mutate(changed)
-			err := testEnv.client.Update(ctx, changed)
+			// The operator writes too (finalizer, status): retry on conflicts.
+			err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+				if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(tt.db), before); err != nil {
+					return err
+				}
+				changed := before.DeepCopy()
+				tt.mutate(changed)
+				return testEnv.client.Update(ctx, changed)
+			})
 			if err == nil {
-				t.Fatalf("update accepted: %+v", changed.Spec)
+				t.Fatal("update accepted")
 			}
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tt.message) {
 				t.Errorf("error %q\nwant an Invalid error containing %q", err, tt.message)
@@ -116,13 +120,16 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 	}
 
 	// Legal changes on the same objects still go through.
-	got := &dbv1.Database{}
-	if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(maria), got); err != nil {
-		t.Fatal(err)
-	}
-	got.Spec.Version = "11.8"
-	got.Spec.Storage.Size = resource.MustParse("2Gi")
-	if err := testEnv.client.Update(ctx, got); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		got := &dbv1.Database{}
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(maria), got); err != nil {
+			return err
+		}
+		got.Spec.Version = "11.8"
+		got.Spec.Storage.Size = resource.MustParse("2Gi")
+		return testEnv.client.Update(ctx, got)
+	})
+	if err != nil {
 		t.Errorf("a MariaDB upgrade with storage growth was refused: %v", err)
 	}
 }
