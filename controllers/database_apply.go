@@ -130,7 +130,15 @@ func (r *DatabaseReconciler) upToDate(ctx context.Context, want *unstructured.Un
 	if err != nil {
 		return false, err
 	}
-	return contains(liveMap, want.Object), nil
+	// The kind is settled by the typed Get; typed objects from a cache may
+	// carry no apiVersion and kind at all.
+	body := make(map[string]any, len(want.Object))
+	for k, v := range want.Object {
+		if k != "apiVersion" && k != "kind" {
+			body[k] = v
+		}
+	}
+	return contains(liveMap, body), nil
 }
 
 // contains reports whether live holds every field of want with an equal

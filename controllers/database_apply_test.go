@@ -94,7 +94,7 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 			if sc["allowPrivilegeEscalation"] != false || sc["runAsNonRoot"] != true {
 				t.Errorf("%s: container security context %v is not restricted", engine, sc)
 			}
-			n, _, _ := unstructured.NestedFloat64(sts.Object, "spec", "replicas")
+			n, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas")
 			if int32(n) != replicas {
 				t.Errorf("%s: StatefulSet replicas %v, want %d", engine, n, replicas)
 			}

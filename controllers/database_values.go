@@ -64,6 +64,9 @@ type ValueOptions struct {
 	// OperatorNamespace is allowed through the NetworkPolicy; empty allows
 	// only the Database's own namespace.
 	OperatorNamespace string
+	// NoNetworkPolicy leaves out the NetworkPolicy, for clusters whose
+	// network plugin does not enforce them (or that manage them centrally).
+	NoNetworkPolicy bool
 }
 
 // chartValues derives the chart's values from a Database. It is the one
@@ -86,6 +89,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"resources":         resourceValues(db.Spec.Resources),
 		"credentialsSecret": credentialsSecretName(db),
 		"operatorNamespace": opts.OperatorNamespace,
+		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
 	}
 }
 

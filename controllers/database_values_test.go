@@ -34,6 +34,7 @@ func TestChartValues(t *testing.T) {
 			"engine": engine, "version": version, "image": "", "replicas": int64(1),
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
 			"credentialsSecret": "orders-credentials", "operatorNamespace": "",
+			"networkPolicy": map[string]any{"enabled": true},
 		}
 	}
 	tests := []struct {

@@ -36,6 +36,7 @@ func run(args []string) error {
 		watchNS        = fs.String("watch-namespaces", os.Getenv("WATCH_NAMESPACES"), "comma-separated namespaces to manage; empty manages all")
 		operatorNS     = fs.String("operator-namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in; let through the Databases' NetworkPolicies")
 		enableHTTP2    = fs.Bool("enable-http2", false, "serve metrics over HTTP/2 (off: mitigates HTTP/2 rapid-reset attacks)")
+		networkPolicy  = fs.Bool("network-policy", true, "render a NetworkPolicy for each Database (turn off where the network plugin does not enforce them)")
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
 	)
 	zapOpts := zap.Options{Development: false}
@@ -89,7 +90,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.ValueOptions{OperatorNamespace: *operatorNS}); err != nil {
+	if err := controllers.Setup(mgr, controllers.ValueOptions{OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

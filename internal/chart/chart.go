@@ -4,6 +4,7 @@
 package chart
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 )
 
 // Renderer renders one loaded chart. It is safe for concurrent use: the
@@ -111,24 +113,35 @@ func (r *Renderer) Render(rel Release, values map[string]any) ([]*unstructured.U
 	return objs, nil
 }
 
+// decode splits a rendered template into objects. Going through the
+// unstructured JSON scheme keeps integers as int64, as the API server's
+// own objects have them (a plain JSON decode would make them float64).
 func decode(manifest string) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewBufferString(manifest), 4096)
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
 	var objs []*unstructured.Unstructured
 	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
 			return nil, err
 		}
-		if len(m) == 0 {
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, err
+		}
+		if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" || string(t) == "{}" {
 			continue // an empty document, e.g. a template whose condition is false
 		}
-		o := &unstructured.Unstructured{Object: m}
-		if o.GetKind() == "" || o.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("object without apiVersion or kind: %v", m)
+		obj, _, err := unstructured.UnstructuredJSONScheme.Decode(js, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("decoding object: %w", err)
 		}
-		objs = append(objs, o)
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, fmt.Errorf("decoded %T, want a single object", obj)
+		}
+		objs = append(objs, u)
 	}
 }
