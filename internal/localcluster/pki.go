@@ -37,49 +37,20 @@ func newKey() (crypto.Signer, error) { return ecdsa.GenerateKey(elliptic.P256(),
 func serial() (*big.Int, error) { return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 126)) }
 
 func newCA(cn string) (*keyPair, error) {
-	key, err := newKey()
-	if err != nil {
-		return nil, err
-	}
-	sn, err := serial()
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          sn,
+	return sign(nil, &x509.Certificate{
 		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, fmt.Errorf("creating CA %s: %w", cn, err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &keyPair{cert: cert, key: key}, nil
+	})
 }
 
 func (ca *keyPair) issue(s certSpec) (*keyPair, error) {
-	key, err := newKey()
-	if err != nil {
-		return nil, err
-	}
-	sn, err := serial()
-	if err != nil {
-		return nil, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: sn,
-		Subject:      pkix.Name{CommonName: s.cn, Organization: s.orgs},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		Subject:  pkix.Name{CommonName: s.cn, Organization: s.orgs},
+		NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 	}
 	if s.client {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
@@ -94,9 +65,27 @@ func (ca *keyPair) issue(s certSpec) (*keyPair, error) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	return sign(ca, tmpl)
+}
+
+// sign makes a new key and a certificate for it from tmpl, signed by parent
+// (self-signed when parent is nil).
+func sign(parent *keyPair, tmpl *x509.Certificate) (*keyPair, error) {
+	key, err := newKey()
 	if err != nil {
-		return nil, fmt.Errorf("issuing %s: %w", s.cn, err)
+		return nil, err
+	}
+	if tmpl.SerialNumber, err = serial(); err != nil {
+		return nil, err
+	}
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	issuer, signer := tmpl, key
+	if parent != nil {
+		issuer, signer = parent.cert, parent.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, key.Public(), signer)
+	if err != nil {
+		return nil, fmt.Errorf("signing %s: %w", tmpl.Subject.CommonName, err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {

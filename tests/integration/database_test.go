@@ -26,13 +26,8 @@ import (
 // controlled by it; its pods become Ready, one labelled primary; the
 // read-write Service's endpoints point at the primary alone.
 func TestDatabaseBecomesRunning(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "orders", dbv1.EnginePostgreSQL, 3)
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	got := waitRunning(t, db, 3)
+	got := runningDatabase(t, "orders", dbv1.EnginePostgreSQL, 3)
+	db, ns := got, got.Namespace
 
 	if got.Status.CurrentPrimary != "orders-0" || got.Status.Version != "17" {
 		t.Errorf("status primary %q version %q", got.Status.CurrentPrimary, got.Status.Version)
@@ -121,12 +116,8 @@ func endpointPods(t *testing.T, ns, svc string) []string {
 // (triggered here by an annotation) sends no write request at all.
 func TestSteadyStateIssuesNoWrites(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "steady", dbv1.EngineMariaDB, 2)
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 2)
+	db := runningDatabase(t, "steady", dbv1.EngineMariaDB, 2)
+	ns := db.Namespace
 	// Let the last status write and pod events settle.
 	settle(t, ns, 3*time.Second)
 
@@ -179,12 +170,8 @@ func settle(t *testing.T, ns string, quiet time.Duration) {
 // one (the PDB is pruned; the removed instances' volumes stay).
 func TestScaleUpAndDown(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "scaled", dbv1.EngineMariaDB, 1)
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 1)
+	db := runningDatabase(t, "scaled", dbv1.EngineMariaDB, 1)
+	ns := db.Namespace
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scaled"}}
 	if err := get(t, pdb); !apierrors.IsNotFound(err) {
 		t.Errorf("a single instance has a PDB (err %v)", err)
@@ -236,13 +223,8 @@ func TestScaleUpAndDown(t *testing.T) {
 // image and rolls every pod; the Database reports Updating then Running on
 // the new version.
 func TestVersionChangeRollsStatefulSet(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "rolling", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.Version = "10.11" })
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 2)
+	db := runningDatabase(t, "rolling", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.Version = "10.11" })
+	ns := db.Namespace
 	oldUIDs := map[string]bool{}
 	for _, p := range podsOf(t, db) {
 		oldUIDs[string(p.UID)] = true

@@ -18,12 +18,8 @@ import (
 // Database of the same name adopts both and comes back Running.
 func TestDeletionPolicyRetain(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "kept", dbv1.EnginePostgreSQL, 2)
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 2)
+	db := runningDatabase(t, "kept", dbv1.EnginePostgreSQL, 2)
+	ns := db.Namespace
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept-credentials"}}
 	if err := get(t, secret); err != nil {
 		t.Fatal(err)
@@ -69,12 +65,7 @@ func TestDeletionPolicyRetain(t *testing.T) {
 // TestDeletionPolicyDelete: deleting the Database deletes its PVCs.
 func TestDeletionPolicyDelete(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "gone", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 2)
+	db := runningDatabase(t, "gone", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
 	if n := len(pvcsOf(t, db)); n != 2 {
 		t.Fatalf("%d PVCs, want 2", n)
 	}

@@ -19,12 +19,8 @@ import (
 // the operator puts it back.
 func TestDriftIsRepaired(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "drift", dbv1.EnginePostgreSQL, 2)
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 2)
+	db := runningDatabase(t, "drift", dbv1.EnginePostgreSQL, 2)
+	ns := db.Namespace
 
 	t.Run("deleted ConfigMap is recreated", func(t *testing.T) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "drift-config"}}

@@ -129,3 +129,14 @@ func updateSpec(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) {
 		t.Fatalf("updating %s: %v", db.Name, err)
 	}
 }
+
+// runningDatabase creates a Database in a fresh namespace and waits until
+// it is Running with every instance ready.
+func runningDatabase(t *testing.T, name string, engine dbv1.Engine, replicas int32, mutate ...func(*dbv1.Database)) *dbv1.Database {
+	t.Helper()
+	db := database(newNamespace(t), name, engine, replicas, mutate...)
+	if err := testEnv.client.Create(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	return waitRunning(t, db, replicas)
+}

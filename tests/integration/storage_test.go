@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -17,13 +16,8 @@ import (
 // replaces the StatefulSet (its volume templates are immutable) without
 // restarting the running pods.
 func TestStorageGrows(t *testing.T) {
-	ctx := context.Background()
-	ns := newNamespace(t)
-	db := database(ns, "growing", dbv1.EngineMariaDB, 2)
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 2)
+	db := runningDatabase(t, "growing", dbv1.EngineMariaDB, 2)
+	ns := db.Namespace
 	podUIDs := map[string]string{}
 	for _, p := range podsOf(t, db) {
 		podUIDs[p.Name] = string(p.UID)
