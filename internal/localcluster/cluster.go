@@ -2,7 +2,7 @@
 // development and tests: etcd, kube-apiserver, kube-controller-manager,
 // kube-scheduler and kwok (simulated nodes whose pods become Running and
 // Ready, and a simulated volume provisioner), all built from Go modules by
-// hack/build-tools.sh. Nothing listens beyond 127.0.0.1 but kwok's node port.
+// hack/build-tools.sh. Nothing listens beyond 127.0.0.1.
 package localcluster
 
 import (
