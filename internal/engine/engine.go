@@ -1,0 +1,134 @@
+// Package engine talks to one database instance, whatever its engine, for
+// what high availability needs: its role and replication position, and
+// the operations of a failover or switchover (fence, promote, follow, wait
+// until applied). One implementation per engine family sits behind the
+// Instance interface: PostgreSQL through pgx, MySQL and MariaDB through
+// go-sql-driver/mysql with a dialect each.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// Role is what an instance does in its replication topology.
+type Role string
+
+const (
+	RolePrimary Role = "primary"
+	RoleReplica Role = "replica"
+)
+
+// Endpoint is where an instance listens. In a cluster it is the pod's
+// address; tests map pods to local server ports.
+type Endpoint struct {
+	Host string
+	Port int
+}
+
+func (e Endpoint) String() string { return net.JoinHostPort(e.Host, strconv.Itoa(e.Port)) }
+
+// Credentials are the superuser's, from the Secret the operator generates.
+// They are never logged: Credentials has no String method that shows them.
+type Credentials struct {
+	User     string
+	Password string
+}
+
+// GoString keeps the password out of %#v output.
+func (c Credentials) GoString() string { return fmt.Sprintf("engine.Credentials{User: %q}", c.User) }
+
+// String keeps the password out of %v output.
+func (c Credentials) String() string { return "user " + c.User }
+
+// Position is how far an instance's data goes. For PostgreSQL it is a
+// timeline and a WAL location; for MySQL and MariaDB a GTID set.
+type Position struct {
+	// Timeline is PostgreSQL's timeline ID.
+	Timeline uint32 `json:"timeline,omitempty"`
+	// LSN is PostgreSQL's WAL location.
+	LSN LSN `json:"lsn,omitempty"`
+	// GTID is the GTID set (MySQL: uuid:intervals; MariaDB: domain-server-seq).
+	GTID string `json:"gtid,omitempty"`
+}
+
+func (p Position) String() string {
+	if p.GTID != "" || p.LSN == 0 {
+		return p.GTID
+	}
+	return fmt.Sprintf("%d/%s", p.Timeline, p.LSN)
+}
+
+// Status is what an instance reports about itself.
+type Status struct {
+	Role Role
+	// ReadOnly is true when the instance refuses writes (a replica, or a fenced primary).
+	ReadOnly bool
+	// Received is how far the instance has received data; on a primary the
+	// same as Applied.
+	Received Position
+	// Applied is how far the instance has applied data.
+	Applied Position
+	// Source is the endpoint a replica streams from, when it is known.
+	Source string
+	// Streaming is true when a replica is connected to its source.
+	Streaming bool
+}
+
+// Instance is one database server.
+type Instance interface {
+	// Status reports role, read-only state and replication positions.
+	Status(ctx context.Context) (Status, error)
+	// Fence makes the instance refuse writes and ends client sessions, so a
+	// primary that is being replaced takes no more writes.
+	Fence(ctx context.Context) error
+	// Unfence lets the instance take writes again (after a switchover that
+	// did not happen, say).
+	Unfence(ctx context.Context) error
+	// Promote turns a replica into a writable primary. It returns once the
+	// instance takes writes.
+	Promote(ctx context.Context) error
+	// Follow points a replica (or a fenced old primary that has not
+	// diverged) at a new primary and starts replicating from it.
+	Follow(ctx context.Context, primary Endpoint, replication Credentials) error
+	// WaitApplied returns once the instance has applied everything it had
+	// received when called, or the context ends.
+	WaitApplied(ctx context.Context) error
+	// Compare orders two positions of this engine: -1, 0 or 1, or an error
+	// when they cannot be ordered (MySQL/MariaDB sets that diverged).
+	Compare(a, b Position) (int, error)
+	// Close ends the connection.
+	Close() error
+}
+
+// ErrDiverged means two positions cannot be ordered: each has data the
+// other lacks. A replica in that state cannot follow; it must be rebuilt.
+var ErrDiverged = errors.New("positions have diverged")
+
+// Options tune how an instance is reached.
+type Options struct {
+	// ConnectTimeout bounds each connection attempt (default 5 s).
+	ConnectTimeout time.Duration
+}
+
+// Open connects to an instance of the given engine.
+func Open(ctx context.Context, engine dbv1.Engine, ep Endpoint, creds Credentials, opts Options) (Instance, error) {
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 5 * time.Second
+	}
+	switch engine {
+	case dbv1.EnginePostgreSQL:
+		return openPostgres(ctx, ep, creds, opts)
+	case dbv1.EngineMySQL:
+		return openMySQL(ctx, mysqlDialect{}, ep, creds, opts)
+	case dbv1.EngineMariaDB:
+		return openMySQL(ctx, mariadbDialect{}, ep, creds, opts)
+	}
+	return nil, fmt.Errorf("unknown engine %q", engine)
+}

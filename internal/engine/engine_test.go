@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestLSN(t *testing.T) {
+	for _, s := range []string{"0/0", "0/16B3748", "1A/FF000028"} {
+		l, err := ParseLSN(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.String() != strings.ToUpper(s) {
+			t.Errorf("%s round-trips to %s", s, l)
+		}
+	}
+	a, _ := ParseLSN("0/FFFFFFFF")
+	b, _ := ParseLSN("1/0")
+	if a >= b {
+		t.Errorf("0/FFFFFFFF >= 1/0")
+	}
+	for _, bad := range []string{"", "16B3748", "x/1", "1/y"} {
+		if _, err := ParseLSN(bad); err == nil {
+			t.Errorf("ParseLSN(%q) passed", bad)
+		}
+	}
+}
+
+func TestComparePostgres(t *testing.T) {
+	p := &postgres{}
+	pos := func(tli uint32, lsn string) Position { l, _ := ParseLSN(lsn); return Position{Timeline: tli, LSN: l} }
+	tests := []struct {
+		a, b Position
+		want int
+	}{
+		{pos(1, "0/3000000"), pos(1, "0/3000000"), 0},
+		{pos(1, "0/3000060"), pos(1, "0/3000000"), 1},
+		{pos(1, "0/3000000"), pos(1, "1/0"), -1},
+		{pos(2, "0/1000"), pos(1, "0/9000000"), 1}, // a newer timeline is ahead
+	}
+	for _, tt := range tests {
+		if got, _ := p.Compare(tt.a, tt.b); got != tt.want {
+			t.Errorf("Compare(%v, %v) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+func TestCompareMariaDBGTID(t *testing.T) {
+	tests := []struct {
+		a, b     string
+		want     int
+		diverged bool
+	}{
+		{"0-1-10", "0-1-10", 0, false},
+		{"0-1-11", "0-1-10", 1, false},
+		{"0-1-9", "0-1-10", -1, false},
+		{"0-2-11", "0-1-10", 1, false},               // the new primary wrote after taking over
+		{"0-1-10,1-1-5", "0-1-10", 1, false},         // an extra domain
+		{"", "0-1-1", -1, false},                     // empty: nothing yet
+		{"0-1-10", "0-2-10", 0, true},                // same sequence, different servers: errant
+		{"0-1-11,1-1-4", "0-1-10,1-1-5", 0, true},    // ahead in one domain, behind in another
+		{" 0-1-3 , 1-2-4 ", "1-2-4,0-1-3", 0, false}, // order and spaces do not matter
+	}
+	for _, tt := range tests {
+		got, err := compareMariaDBGTID(tt.a, tt.b)
+		if tt.diverged {
+			if !errors.Is(err, ErrDiverged) {
+				t.Errorf("compare(%q, %q): err %v, want diverged", tt.a, tt.b, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("compare(%q, %q) = %d, %v; want %d", tt.a, tt.b, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"0-1", "a-b-c", "0-1-2-3"} {
+		if _, err := compareMariaDBGTID(bad, "0-1-1"); err == nil || errors.Is(err, ErrDiverged) {
+			t.Errorf("%q: err %v, want a parse error", bad, err)
+		}
+	}
+}
+
+func TestCompareMySQLGTIDSet(t *testing.T) {
+	const u1, u2 = "3E11FA47-71CA-11E1-9E33-C80AA9429562", "4f2d1a10-0000-11e1-9e33-c80aa9429562"
+	tests := []struct {
+		a, b     string
+		want     int
+		diverged bool
+	}{
+		{u1 + ":1-5", strings.ToLower(u1) + ":1-5", 0, false},
+		{u1 + ":1-5", u1 + ":1-3", 1, false},
+		{u1 + ":1-3:4-5", u1 + ":1-5", 0, false}, // adjacent intervals merge
+		{u1 + ":1-5", u1 + ":1-5," + u2 + ":1", -1, false},
+		{u1 + ":1-5," + u2 + ":1-2", u1 + ":1-6", 0, true}, // errant transactions from u2
+		{u1 + ":1-3:5", u1 + ":1-4", 0, true},              // a gap on each side
+		{"", u1 + ":1", -1, false},
+		{u1 + ":1-5,\n" + u2 + ":1", u1 + ":1-5", 1, false}, // MySQL wraps long sets
+	}
+	for _, tt := range tests {
+		got, err := compareMySQLGTIDSet(tt.a, tt.b)
+		if tt.diverged {
+			if !errors.Is(err, ErrDiverged) {
+				t.Errorf("compare(%q, %q): err %v, want diverged", tt.a, tt.b, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("compare(%q, %q) = %d, %v; want %d", tt.a, tt.b, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{u1, u1 + ":x", u1 + ":5-1"} {
+		if _, err := compareMySQLGTIDSet(bad, u1+":1"); err == nil || errors.Is(err, ErrDiverged) {
+			t.Errorf("%q: err %v, want a parse error", bad, err)
+		}
+	}
+}
+
+// TestMySQLStatements covers the MySQL 8.4 SQL, which has no server here:
+// the statements a failover sends, in order, with values quoted.
+func TestMySQLStatements(t *testing.T) {
+	d := mysqlDialect{}
+	follow := d.follow(Endpoint{Host: "db-1.db-headless", Port: 3306}, Credentials{User: "repl", Password: "it's\\secret"})
+	want := []string{
+		"STOP REPLICA",
+		"SET GLOBAL super_read_only = ON",
+		`CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'db-1.db-headless', SOURCE_PORT = 3306, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'it\'s\\secret', SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1`,
+		"START REPLICA",
+	}
+	if fmt.Sprint(follow) != fmt.Sprint(want) {
+		t.Errorf("follow:\n got %q\nwant %q", follow, want)
+	}
+	if got := d.promote(); fmt.Sprint(got) != fmt.Sprint([]string{"STOP REPLICA", "RESET REPLICA ALL", "SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}) {
+		t.Errorf("promote: %q", got)
+	}
+	if got := d.fence(); fmt.Sprint(got) != "[SET GLOBAL super_read_only = ON]" {
+		t.Errorf("fence: %q", got)
+	}
+	if got := d.waitApplied("u:1-5", 30); got != "SELECT WAIT_FOR_EXECUTED_GTID_SET('u:1-5', 30)" {
+		t.Errorf("waitApplied: %s", got)
+	}
+	if got := d.received("u:1-5", "u:6-7"); got != "u:1-5,u:6-7" {
+		t.Errorf("received: %s", got)
+	}
+	if strings.Contains(redact(follow[2]), "secret") {
+		t.Errorf("redact left the password in: %s", redact(follow[2]))
+	}
+}
+
+func TestMariaDBStatements(t *testing.T) {
+	d := mariadbDialect{}
+	follow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306}, Credentials{User: "root", Password: "pw"})
+	if follow[2] != "CHANGE MASTER TO MASTER_HOST = '10.0.0.7', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_PASSWORD = 'pw', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1" {
+		t.Errorf("follow: %s", follow[2])
+	}
+	if got := redact(follow[2]); strings.Contains(got, "'pw'") || !strings.Contains(got, "MASTER_USE_GTID") {
+		t.Errorf("redact: %s", got)
+	}
+	if got := d.received("0-1-10", "0-1-8"); got != "0-1-10" {
+		t.Errorf("received keeps the further position: %s", got)
+	}
+}
+
+func TestCredentialsNeverPrinted(t *testing.T) {
+	c := Credentials{User: "postgres", Password: "hunter2"}
+	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%v %+v %#v %s", c, c, c, c)} {
+		if strings.Contains(s, "hunter2") {
+			t.Errorf("password printed: %s", s)
+		}
+	}
+}

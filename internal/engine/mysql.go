@@ -1,0 +1,272 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// dialect holds what differs between MySQL 8.4 and MariaDB: the statements
+// and status columns of replication.
+type dialect interface {
+	name() string
+	// positionQuery returns the executed GTID set of the instance.
+	positionQuery() string
+	replicaStatus() string
+	// receivedColumn is the replica-status column with the received GTIDs.
+	receivedColumn() string
+	ioRunningColumn() string
+	sourceHostColumn() string
+	sourcePortColumn() string
+	fence() []string
+	unfence() []string
+	promote() []string
+	follow(primary Endpoint, repl Credentials) []string
+	// waitApplied returns a query that blocks until gtid is applied or the
+	// timeout (seconds) passes; it returns 0 on success.
+	waitApplied(gtid string, timeoutSeconds int) string
+	// received merges the applied and received GTIDs into how far the
+	// replica has data (MySQL's Retrieved_Gtid_Set lacks what it executed
+	// before; MariaDB's Gtid_IO_Pos is a position).
+	received(applied, retrieved string) string
+	compare(a, b string) (int, error)
+}
+
+type mysqlDialect struct{}
+
+func (mysqlDialect) name() string             { return "MySQL" }
+func (mysqlDialect) positionQuery() string    { return "SELECT @@GLOBAL.gtid_executed" }
+func (mysqlDialect) replicaStatus() string    { return "SHOW REPLICA STATUS" }
+func (mysqlDialect) receivedColumn() string   { return "Retrieved_Gtid_Set" }
+func (mysqlDialect) ioRunningColumn() string  { return "Replica_IO_Running" }
+func (mysqlDialect) sourceHostColumn() string { return "Source_Host" }
+func (mysqlDialect) sourcePortColumn() string { return "Source_Port" }
+
+// super_read_only refuses writes even from SUPER users.
+func (mysqlDialect) fence() []string {
+	return []string{"SET GLOBAL super_read_only = ON"}
+}
+func (mysqlDialect) unfence() []string {
+	return []string{"SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}
+}
+func (mysqlDialect) promote() []string {
+	return []string{"STOP REPLICA", "RESET REPLICA ALL", "SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}
+}
+func (mysqlDialect) follow(p Endpoint, c Credentials) []string {
+	return []string{
+		"STOP REPLICA",
+		"SET GLOBAL super_read_only = ON",
+		fmt.Sprintf("CHANGE REPLICATION SOURCE TO SOURCE_HOST = %s, SOURCE_PORT = %d, SOURCE_USER = %s, SOURCE_PASSWORD = %s, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1",
+			mysqlLiteral(p.Host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password)),
+		"START REPLICA",
+	}
+}
+func (mysqlDialect) waitApplied(gtid string, timeout int) string {
+	return fmt.Sprintf("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %d)", mysqlLiteral(gtid), timeout)
+}
+func (mysqlDialect) received(applied, retrieved string) string {
+	switch {
+	case retrieved == "":
+		return applied
+	case applied == "":
+		return retrieved
+	}
+	return applied + "," + retrieved
+}
+func (mysqlDialect) compare(a, b string) (int, error) { return compareMySQLGTIDSet(a, b) }
+
+type mariadbDialect struct{}
+
+func (mariadbDialect) name() string             { return "MariaDB" }
+func (mariadbDialect) positionQuery() string    { return "SELECT @@GLOBAL.gtid_current_pos" }
+func (mariadbDialect) replicaStatus() string    { return "SHOW SLAVE STATUS" }
+func (mariadbDialect) receivedColumn() string   { return "Gtid_IO_Pos" }
+func (mariadbDialect) ioRunningColumn() string  { return "Slave_IO_Running" }
+func (mariadbDialect) sourceHostColumn() string { return "Master_Host" }
+func (mariadbDialect) sourcePortColumn() string { return "Master_Port" }
+
+// MariaDB has no super_read_only: read_only stops accounts without the
+// READ_ONLY ADMIN privilege (applications), and the operator's own
+// superuser must not write to a fenced instance.
+func (mariadbDialect) fence() []string   { return []string{"SET GLOBAL read_only = ON"} }
+func (mariadbDialect) unfence() []string { return []string{"SET GLOBAL read_only = OFF"} }
+func (mariadbDialect) promote() []string {
+	return []string{"STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF"}
+}
+func (mariadbDialect) follow(p Endpoint, c Credentials) []string {
+	return []string{
+		"STOP SLAVE",
+		"SET GLOBAL read_only = ON",
+		fmt.Sprintf("CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %d, MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
+			mysqlLiteral(p.Host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password)),
+		"START SLAVE",
+	}
+}
+func (mariadbDialect) waitApplied(gtid string, timeout int) string {
+	return fmt.Sprintf("SELECT MASTER_GTID_WAIT(%s, %d)", mysqlLiteral(gtid), timeout)
+}
+func (mariadbDialect) received(applied, retrieved string) string {
+	if retrieved == "" {
+		return applied
+	}
+	if c, err := compareMariaDBGTID(retrieved, applied); err == nil && c < 0 {
+		return applied
+	}
+	return retrieved
+}
+func (mariadbDialect) compare(a, b string) (int, error) { return compareMariaDBGTID(a, b) }
+
+// mysqlLiteral quotes a string for MySQL and MariaDB (backslash escapes on).
+func mysqlLiteral(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\x00", `\0`, "\n", `\n`, "\r", `\r`, "\x1a", `\Z`).Replace(s) + "'"
+}
+
+type mysqlFamily struct {
+	db *sql.DB
+	d  dialect
+	ep Endpoint
+}
+
+func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, opts Options) (*mysqlFamily, error) {
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr = "tcp", ep.String()
+	cfg.User, cfg.Passwd = creds.User, creds.Password
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = opts.ConnectTimeout, time.Minute, time.Minute
+	cfg.AllowNativePasswords = true
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(2)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connecting to %s at %s: %w", d.name(), ep, err)
+	}
+	return &mysqlFamily{db: db, d: d, ep: ep}, nil
+}
+
+func (m *mysqlFamily) Close() error { return m.db.Close() }
+
+func (m *mysqlFamily) exec(ctx context.Context, stmts []string) error {
+	for _, s := range stmts {
+		if _, err := m.db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("%s %s: %s: %w", m.d.name(), m.ep, redact(s), err)
+		}
+	}
+	return nil
+}
+
+// redact drops the password from a statement before it reaches an error.
+func redact(stmt string) string {
+	for _, key := range []string{"SOURCE_PASSWORD = ", "MASTER_PASSWORD = "} {
+		if i := strings.Index(stmt, key); i >= 0 {
+			rest := stmt[i+len(key):]
+			end := strings.Index(rest, ", ")
+			if end < 0 {
+				end = len(rest)
+			}
+			stmt = stmt[:i+len(key)] + "'***'" + rest[end:]
+		}
+	}
+	return stmt
+}
+
+// replicaRow reads the replica status as column -> value; empty when the
+// instance replicates from nobody.
+func (m *mysqlFamily) replicaRow(ctx context.Context) (map[string]string, error) {
+	rows, err := m.db.QueryContext(ctx, m.d.replicaStatus())
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if !rows.Next() {
+		return out, rows.Err()
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return nil, err
+	}
+	for i, c := range cols {
+		out[c] = vals[i].String
+	}
+	return out, rows.Err()
+}
+
+func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
+	var readOnly bool
+	var executed string
+	if err := m.db.QueryRowContext(ctx, "SELECT @@GLOBAL.read_only").Scan(&readOnly); err != nil {
+		return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+	}
+	if err := m.db.QueryRowContext(ctx, m.d.positionQuery()).Scan(&executed); err != nil {
+		return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+	}
+	executed = strings.ReplaceAll(executed, "\n", "")
+	row, err := m.replicaRow(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Role: RolePrimary, ReadOnly: readOnly, Applied: Position{GTID: executed}, Received: Position{GTID: executed}}
+	if len(row) == 0 {
+		return st, nil
+	}
+	st.Role = RoleReplica
+	st.Streaming = row[m.d.ioRunningColumn()] == "Yes"
+	if h := row[m.d.sourceHostColumn()]; h != "" {
+		st.Source = h + ":" + row[m.d.sourcePortColumn()]
+	}
+	st.Received = Position{GTID: m.d.received(executed, strings.ReplaceAll(row[m.d.receivedColumn()], "\n", ""))}
+	return st, nil
+}
+
+func (m *mysqlFamily) Fence(ctx context.Context) error   { return m.exec(ctx, m.d.fence()) }
+func (m *mysqlFamily) Unfence(ctx context.Context) error { return m.exec(ctx, m.d.unfence()) }
+
+func (m *mysqlFamily) Promote(ctx context.Context) error {
+	if err := m.WaitApplied(ctx); err != nil {
+		return err
+	}
+	return m.exec(ctx, m.d.promote())
+}
+
+func (m *mysqlFamily) Follow(ctx context.Context, primary Endpoint, repl Credentials) error {
+	return m.exec(ctx, m.d.follow(primary, repl))
+}
+
+func (m *mysqlFamily) WaitApplied(ctx context.Context) error {
+	st, err := m.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Role == RolePrimary || st.Received.GTID == "" {
+		return nil
+	}
+	timeout := 60
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(1, int(time.Until(dl).Seconds()))
+	}
+	var res sql.NullInt64
+	if err := m.db.QueryRowContext(ctx, m.d.waitApplied(st.Received.GTID, timeout)).Scan(&res); err != nil {
+		return fmt.Errorf("%s %s: waiting for %s to be applied: %w", m.d.name(), m.ep, st.Received.GTID, err)
+	}
+	if !res.Valid || res.Int64 != 0 {
+		return fmt.Errorf("%s %s: %s not applied within %d s", m.d.name(), m.ep, st.Received.GTID, timeout)
+	}
+	return nil
+}
+
+func (m *mysqlFamily) Compare(a, b Position) (int, error) { return m.d.compare(a.GTID, b.GTID) }

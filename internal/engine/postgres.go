@@ -1,0 +1,262 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNotInRecovery means Follow was asked of a PostgreSQL primary: it can
+// only become a standby by restarting with standby.signal (after pg_rewind
+// when it has diverged), which is the instance's start script's job.
+var ErrNotInRecovery = errors.New("instance is a primary, not a standby: restart it as a standby (pg_rewind) to follow another primary")
+
+type postgres struct {
+	conn *pgx.Conn
+	ep   Endpoint
+}
+
+func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Options) (*postgres, error) {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port = ep.Host, uint16(ep.Port)
+	cfg.User, cfg.Password, cfg.Database = creds.User, creds.Password, "postgres"
+	cfg.ConnectTimeout = opts.ConnectTimeout
+	cfg.RuntimeParams["application_name"] = "database-operator"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", ep, err)
+	}
+	return &postgres{conn: conn, ep: ep}, nil
+}
+
+func (p *postgres) Close() error { return p.conn.Close(context.Background()) }
+
+func (p *postgres) Status(ctx context.Context) (Status, error) {
+	var inRecovery bool
+	var readOnly string
+	if err := p.conn.QueryRow(ctx, `SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')`).Scan(&inRecovery, &readOnly); err != nil {
+		return Status{}, fmt.Errorf("PostgreSQL %s: reading role: %w", p.ep, err)
+	}
+	if !inRecovery {
+		// The timeline is the first 8 hex digits of the current WAL file's
+		// name: right after a promotion, unlike the checkpoint's timeline.
+		var lsnText, walFile string
+		if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())`).Scan(&lsnText, &walFile); err != nil {
+			return Status{}, fmt.Errorf("PostgreSQL %s: reading WAL position: %w", p.ep, err)
+		}
+		pos, err := pgPosition(walFile[:8], lsnText)
+		if err != nil {
+			return Status{}, err
+		}
+		return Status{Role: RolePrimary, ReadOnly: readOnly == "on", Received: pos, Applied: pos}, nil
+	}
+
+	var received, replayed *string
+	var checkpointTLI int64
+	if err := p.conn.QueryRow(ctx, `SELECT pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, (SELECT timeline_id FROM pg_control_checkpoint())`).Scan(&received, &replayed, &checkpointTLI); err != nil {
+		return Status{}, fmt.Errorf("PostgreSQL %s: reading replay position: %w", p.ep, err)
+	}
+	st := Status{Role: RoleReplica, ReadOnly: true}
+	var receiverTLI int64
+	var receiverStatus, host string
+	var port int
+	err := p.conn.QueryRow(ctx, `SELECT received_tli, status, coalesce(sender_host, ''), coalesce(sender_port, 0) FROM pg_stat_wal_receiver`).Scan(&receiverTLI, &receiverStatus, &host, &port)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		receiverTLI = checkpointTLI
+	case err != nil:
+		return Status{}, fmt.Errorf("PostgreSQL %s: reading WAL receiver: %w", p.ep, err)
+	default:
+		st.Streaming = receiverStatus == "streaming"
+		if host != "" {
+			st.Source = Endpoint{Host: host, Port: port}.String()
+		}
+	}
+	if replayed == nil {
+		return Status{}, fmt.Errorf("PostgreSQL %s: in recovery but no replay position yet", p.ep)
+	}
+	if st.Applied, err = pgPosition(strconv.FormatInt(receiverTLI, 16), *replayed); err != nil {
+		return Status{}, err
+	}
+	st.Received = st.Applied
+	if received != nil {
+		if st.Received, err = pgPosition(strconv.FormatInt(receiverTLI, 16), *received); err != nil {
+			return Status{}, err
+		}
+		if st.Received.LSN < st.Applied.LSN { // replayed from the archive or pg_wal beyond what streamed
+			st.Received = st.Applied
+		}
+	}
+	return st, nil
+}
+
+func pgPosition(tliHex, lsnText string) (Position, error) {
+	tli, err := strconv.ParseUint(tliHex, 16, 32)
+	if err != nil {
+		return Position{}, fmt.Errorf("timeline %q: %w", tliHex, err)
+	}
+	lsn, err := ParseLSN(lsnText)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{Timeline: uint32(tli), LSN: lsn}, nil
+}
+
+// Fence makes new transactions read-only and ends every other client
+// session. A session could still turn read-only off for itself: this fence
+// stops well-behaved clients and the Services stop routing to the instance;
+// stopping the server is the hard fence.
+func (p *postgres) Fence(ctx context.Context) error {
+	if err := p.setSystem(ctx, `ALTER SYSTEM SET default_transaction_read_only = on`, "on"); err != nil {
+		return err
+	}
+	if _, err := p.conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`); err != nil {
+		return fmt.Errorf("PostgreSQL %s: ending client sessions: %w", p.ep, err)
+	}
+	return nil
+}
+
+func (p *postgres) Unfence(ctx context.Context) error {
+	return p.setSystem(ctx, `ALTER SYSTEM RESET default_transaction_read_only`, "off")
+}
+
+// setSystem runs an ALTER SYSTEM, reloads, and waits until new sessions see
+// default_transaction_read_only at want (the reload is asynchronous).
+func (p *postgres) setSystem(ctx context.Context, stmt, want string) error {
+	if _, err := p.conn.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("PostgreSQL %s: %s: %w", p.ep, stmt, err)
+	}
+	if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("PostgreSQL %s: reloading configuration: %w", p.ep, err)
+	}
+	return poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		// The postmaster's reloaded value shows in a fresh session, and in
+		// pg_file_settings at once; pg_settings of this session follows
+		// its own reload, so check that after a no-op transaction.
+		var got string
+		err := p.conn.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = 'default_transaction_read_only'`).Scan(&got)
+		return got == want, err
+	})
+}
+
+func (p *postgres) Promote(ctx context.Context) error {
+	st, err := p.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Role == RoleReplica {
+		var ok bool
+		if err := p.conn.QueryRow(ctx, `SELECT pg_promote(wait => true, wait_seconds => 60)`).Scan(&ok); err != nil {
+			return fmt.Errorf("PostgreSQL %s: promoting: %w", p.ep, err)
+		}
+		if !ok {
+			return fmt.Errorf("PostgreSQL %s: promotion did not finish within 60 s", p.ep)
+		}
+		if _, err := p.conn.Exec(ctx, `ALTER SYSTEM RESET primary_conninfo`); err != nil {
+			return fmt.Errorf("PostgreSQL %s: clearing primary_conninfo: %w", p.ep, err)
+		}
+	}
+	return p.Unfence(ctx)
+}
+
+func (p *postgres) Follow(ctx context.Context, primary Endpoint, repl Credentials) error {
+	var inRecovery bool
+	if err := p.conn.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil {
+		return fmt.Errorf("PostgreSQL %s: %w", p.ep, err)
+	}
+	if !inRecovery {
+		return fmt.Errorf("PostgreSQL %s: %w", p.ep, ErrNotInRecovery)
+	}
+	conninfo := fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s",
+		conninfoValue(primary.Host), primary.Port, conninfoValue(repl.User), conninfoValue(repl.Password), conninfoValue(p.applicationName()))
+	// ALTER SYSTEM takes no parameters: quote the value as a literal.
+	if _, err := p.conn.Exec(ctx, `ALTER SYSTEM SET primary_conninfo = `+sqlLiteral(conninfo)); err != nil {
+		return fmt.Errorf("PostgreSQL %s: setting primary_conninfo: %w", p.ep, err)
+	}
+	// recovery_target_timeline defaults to 'latest', so the standby follows
+	// the new primary's timeline; primary_conninfo reloads without a restart.
+	if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("PostgreSQL %s: reloading configuration: %w", p.ep, err)
+	}
+	return nil
+}
+
+func (p *postgres) applicationName() string {
+	return strings.NewReplacer(".", "_", ":", "_").Replace(p.ep.String())
+}
+
+func (p *postgres) WaitApplied(ctx context.Context) error {
+	st, err := p.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Role == RolePrimary {
+		return nil
+	}
+	target := st.Received.LSN
+	return poll(ctx, 20*time.Millisecond, func() (bool, error) {
+		var replayed *string
+		if err := p.conn.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn()::text`).Scan(&replayed); err != nil || replayed == nil {
+			return false, err
+		}
+		lsn, err := ParseLSN(*replayed)
+		return lsn >= target, err
+	})
+}
+
+// Compare orders by timeline, then WAL location.
+func (p *postgres) Compare(a, b Position) (int, error) {
+	switch {
+	case a.Timeline != b.Timeline:
+		return cmp(a.Timeline, b.Timeline), nil
+	default:
+		return cmp(a.LSN, b.LSN), nil
+	}
+}
+
+func cmp[T ~uint32 | ~uint64](a, b T) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// conninfoValue quotes a libpq connection-string value.
+func conninfoValue(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// sqlLiteral quotes a string as a standard SQL literal.
+func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// poll calls check every interval until it reports done, fails, or ctx ends.
+func poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		done, err := check()
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
