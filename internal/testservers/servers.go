@@ -1,0 +1,188 @@
+// Package testservers starts real PostgreSQL and MariaDB servers on
+// loopback for tests, from the Debian packages .ci/run installs. Each
+// server runs in its own process group, in a scratch directory, and is
+// stopped (and waited for) by t.Cleanup.
+package testservers
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// server is one running database process.
+type server struct {
+	Port int
+	Dir  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// scratchDir makes a directory under /tmp that the given user owns (the
+// test's own temp dirs are root-only 0700, which PostgreSQL's user cannot enter).
+func scratchDir(t testing.TB, u *user.User) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dbop-db-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if u != nil {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// asUser runs cmd as u when the test runs as root (PostgreSQL refuses root).
+func asUser(cmd *exec.Cmd, u *user.User, home string) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	if u != nil && os.Geteuid() == 0 {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	cmd.Env = append(os.Environ(), "HOME="+home, "LC_ALL=C.UTF-8")
+}
+
+// run runs a setup command and fails the test with its output on error.
+func run(t testing.TB, u *user.User, home string, env []string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	asUser(cmd, u, home)
+	cmd.Env = append(cmd.Env, env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+}
+
+// start runs the server process, logging to dir/server.log.
+func (s *server) start(t testing.TB, u *user.User, name string, args ...string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	logf, err := os.OpenFile(filepath.Join(s.Dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(name, args...)
+	asUser(cmd, u, s.Dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+}
+
+// Kill kills the server at once (a crash, or a lost node) and waits until
+// every process of it is gone.
+func (s *server) Kill() { s.stop(syscall.SIGKILL) }
+
+// Stop shuts the server down cleanly and waits for it.
+func (s *server) Stop() { s.stop(syscall.SIGTERM) }
+
+func (s *server) stop(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	// Children of a killed postmaster linger briefly: wait for the group.
+	for i := 0; i < 100 && syscall.Kill(-cmd.Process.Pid, 0) == nil; i++ {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Running reports whether the process is alive.
+func (s *server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Log returns the server's log, for failure messages.
+func (s *server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
+	return string(b)
+}
+
+func waitUntil(t testing.TB, s *server, what string, timeout time.Duration, ready func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = ready(); err == nil {
+			return
+		}
+		if !s.Running() {
+			t.Fatalf("%s exited while starting:\n%s", what, s.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s not ready after %s: %v\n%s", what, timeout, err, s.Log())
+}
+
+// lookPath finds a server binary, or fails the test saying what to install.
+func lookPath(t testing.TB, candidates []string, pkg string) string {
+	t.Helper()
+	for _, c := range candidates {
+		if p, err := exec.LookPath(c); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("none of %v found: install the Debian package %s (.ci/run does)", candidates, pkg)
+	return ""
+}
+
+

@@ -1,0 +1,144 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+	"example.com/database-operator/internal/testservers"
+)
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func openMaria(t *testing.T, m *testservers.MariaDB) engine.Instance {
+	t.Helper()
+	inst, err := engine.Open(context.Background(), dbv1.EngineMariaDB,
+		engine.Endpoint{Host: "127.0.0.1", Port: m.Port}, engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Close() })
+	return inst
+}
+
+func appExec(t *testing.T, m *testservers.MariaDB, stmt string) error {
+	t.Helper()
+	db, err := m.DB(context.Background(), "app", testservers.MariaDBAppPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = db.Exec(stmt)
+	return err
+}
+
+func mariaCount(t *testing.T, m *testservers.MariaDB) int {
+	t.Helper()
+	db, err := m.DB(context.Background(), "app", testservers.MariaDBAppPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM shop.orders").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestMariaDBFailoverPrimitives: GTID replication set up by Follow, fencing
+// that stops application writes, promotion after the primary is lost, the
+// other replica re-pointed, and an old primary that took a write after
+// losing its role detected as diverged.
+func TestMariaDBFailoverPrimitives(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary, r1, r2 := testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)
+	p, i1, i2 := openMaria(t, primary), openMaria(t, r1), openMaria(t, r2)
+	root := engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}
+	for _, r := range []engine.Instance{i1, i2} {
+		if err := r.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: primary.Port}, root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := appExec(t, primary, "CREATE DATABASE shop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := appExec(t, primary, "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('before failover')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCaughtUp(t, ctx, p, i1, "r1")
+	waitCaughtUp(t, ctx, p, i2, "r2")
+	if st, _ := i1.Status(ctx); !st.ReadOnly || !strings.HasSuffix(st.Source, ":"+itoa(primary.Port)) {
+		t.Errorf("replica status %+v: want read-only, streaming from %d", st, primary.Port)
+	}
+	// A replica refuses application writes.
+	if err := appExec(t, r1, "INSERT INTO shop.orders (note) VALUES ('on a replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("application write on a replica: %v", err)
+	}
+
+	// Fence the primary: application writes fail.
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('after fence')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("application write on a fenced primary: %v", err)
+	}
+	if err := p.Unfence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('acknowledged last')"); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, ctx, p, i1, "r1 again")
+	pst, _ := p.Status(ctx)
+
+	// Lose the primary; promote r1 (which has applied everything); r2 follows it.
+	primary.Kill()
+	if err := i1.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s1, _ := i1.Status(ctx)
+	if s1.Role != engine.RolePrimary || s1.ReadOnly {
+		t.Fatalf("promoted status %+v", s1)
+	}
+	if c, err := i1.Compare(s1.Applied, pst.Applied); err != nil || c != 0 {
+		t.Errorf("the promoted replica is at %s, the lost primary was at %s (%d, %v): acknowledged writes lost", s1.Applied, pst.Applied, c, err)
+	}
+	if err := appExec(t, r1, "INSERT INTO shop.orders (note) VALUES ('on the new primary')"); err != nil {
+		t.Fatalf("write on the promoted replica: %v", err)
+	}
+	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, root); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, ctx, i1, i2, "r2 after follow")
+	if n1, n2 := mariaCount(t, r1), mariaCount(t, r2); n1 != 102 || n2 != 102 {
+		t.Errorf("rows: new primary %d, other replica %d; want 102 each", n1, n2)
+	}
+
+	// The old primary comes back and takes a write it should not have: its
+	// GTID position has diverged from the new primary's.
+	primary.Restart(t)
+	old := openMaria(t, primary)
+	if err := old.Unfence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('errant')"); err != nil {
+		t.Fatal(err)
+	}
+	ost, _ := old.Status(ctx)
+	s1, _ = i1.Status(ctx)
+	if _, err := i1.Compare(ost.Applied, s1.Applied); !errors.Is(err, engine.ErrDiverged) {
+		t.Errorf("old primary %s vs new primary %s: %v, want diverged", ost.Applied, s1.Applied, err)
+	}
+}
