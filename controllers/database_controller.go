@@ -34,6 +34,10 @@ type DatabaseReconciler struct {
 	Recorder  events.EventRecorder
 	Chart     *chart.Renderer
 	Values    ValueOptions
+	// Instances reaches database instances for failover; nil disables it.
+	Instances *InstanceConnector
+	// Now is the clock (tests move it); nil means time.Now.
+	Now func() time.Time
 }
 
 // +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
@@ -81,6 +85,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	for _, p := range []phase{
 		{"Credentials", r.reconcileCredentials},
 		{"Apply", r.reconcileObjects},
+		{"Failover", r.reconcileFailover},
 		{"Roles", r.reconcileRoles},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
@@ -97,6 +102,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	result := ctrl.Result{}
 	if obs.waiting != "" {
 		result.RequeueAfter = time.Second
+	}
+	if obs.requeue > 0 && (result.RequeueAfter == 0 || obs.requeue < result.RequeueAfter) {
+		result.RequeueAfter = obs.requeue
 	}
 	if db.Status.Phase != st.Phase {
 		typ := corev1.EventTypeNormal

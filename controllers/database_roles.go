@@ -11,9 +11,13 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 )
 
-// primaryName is the pod that should carry the primary role: the one status
-// records, or instance 0 for a new Database.
-func primaryName(db *dbv1.Database) string {
+// primaryName is the pod that should carry the primary role: the one a
+// failover in this reconcile promoted, else the one status records, else
+// instance 0 for a new Database.
+func primaryName(db *dbv1.Database, obs *observed) string {
+	if obs != nil && obs.promoted != "" {
+		return obs.promoted
+	}
 	if db.Status.CurrentPrimary != "" {
 		return db.Status.CurrentPrimary
 	}
@@ -29,7 +33,7 @@ func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Databa
 	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
-	primary := primaryName(db)
+	primary := primaryName(db, obs)
 	obs.pods = pods.Items
 	for i := range pods.Items {
 		pod := &pods.Items[i]

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,13 @@ type observed struct {
 	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
 	pods        []corev1.Pod
 	waiting     string // set when a phase waits on something before it can go on
+	requeue     time.Duration // when to look again (a failover delay running out)
+
+	// Failover: when the primary was first seen failed (nil: healthy), and
+	// the pod promoted in this reconcile with the record of it.
+	primaryUnhealthySince *metav1.Time
+	promoted              string
+	failover              *dbv1.FailoverRecord
 	failedPhase string // the reconcile phase that failed, if any
 	err         error  // what it failed with
 }
@@ -55,7 +63,7 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 		ReadOnly:  fmt.Sprintf("%s-ro.%s.svc:%d", db.Name, db.Namespace, port),
 	}
 
-	primary := primaryName(db)
+	primary := primaryName(db, obs)
 	primaryReady := false
 	var ready int32
 	for i := range obs.pods {
@@ -73,8 +81,12 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	if obs.statefulSet != nil {
 		st.Replicas = obs.statefulSet.Status.Replicas
 	}
-	if primaryReady {
+	if primaryReady || obs.promoted != "" {
 		st.CurrentPrimary = primary
+	}
+	st.PrimaryUnhealthySince = obs.primaryUnhealthySince
+	if obs.failover != nil {
+		st.LastFailover = obs.failover
 	}
 
 	progressing, progressReason, progressMsg := rollout(db, obs.statefulSet, desired)

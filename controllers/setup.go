@@ -54,8 +54,18 @@ func CacheOptions(namespaces []string) cache.Options {
 	return opts
 }
 
+// Options configure the reconcilers.
+type Options struct {
+	Values ValueOptions
+	// Resolve maps instance pods to server addresses (default: pod IP).
+	Resolve Resolver
+}
+
 // Setup adds the operator's reconcilers to a manager.
-func Setup(mgr ctrl.Manager, values ValueOptions) error {
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.Resolve == nil {
+		opts.Resolve = PodIPResolver
+	}
 	renderer, err := chart.Load(helmcharts.Database, "database")
 	if err != nil {
 		return err
@@ -66,7 +76,8 @@ func Setup(mgr ctrl.Manager, values ValueOptions) error {
 		Scheme:    mgr.GetScheme(),
 		Recorder:  mgr.GetEventRecorder("database-operator"),
 		Chart:     renderer,
-		Values:    values,
+		Values:    opts.Values,
+		Instances: &InstanceConnector{Client: mgr.GetClient(), Resolve: opts.Resolve},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Database controller: %w", err)

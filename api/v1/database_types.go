@@ -78,6 +78,39 @@ type DatabaseSpec struct {
 	// +kubebuilder:default=Retain
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Failover is the automatic failover policy (with two or more replicas).
+	// +optional
+	Failover FailoverSpec `json:"failover,omitempty"`
+}
+
+// FailoverSpec says when the operator replaces a failed primary.
+type FailoverSpec struct {
+	// Enabled turns automatic failover on. Default true.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// DelaySeconds is how long the primary must be unready and unreachable
+	// before a replica is promoted: short enough to keep writes flowing,
+	// long enough to ride out a restart. Default 10.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	DelaySeconds *int32 `json:"delaySeconds,omitempty"`
+}
+
+// FailoverRecord describes one automatic failover.
+type FailoverRecord struct {
+	// Time the new primary was promoted.
+	Time metav1.Time `json:"time"`
+	// From is the pod that was primary.
+	From string `json:"from"`
+	// To is the pod promoted in its place.
+	To string `json:"to"`
+	// Reason says why, and why this replica was chosen.
+	Reason string `json:"reason"`
 }
 
 // StorageSpec is the volume of each instance.
@@ -179,6 +212,15 @@ type DatabaseStatus struct {
 	// Endpoints are the read-write and read-only addresses.
 	// +optional
 	Endpoints Endpoints `json:"endpoints,omitempty"`
+
+	// PrimaryUnhealthySince is when the operator first saw the primary
+	// unready and unreachable; cleared when it serves again.
+	// +optional
+	PrimaryUnhealthySince *metav1.Time `json:"primaryUnhealthySince,omitempty"`
+
+	// LastFailover is the most recent automatic failover.
+	// +optional
+	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
 }
 
 // Database is a PostgreSQL, MySQL or MariaDB database the operator runs: one

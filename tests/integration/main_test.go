@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"example.com/database-operator/controllers"
+	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/localcluster"
 )
 
@@ -30,6 +32,30 @@ type env struct {
 	cluster *localcluster.Cluster
 	client  client.Client
 	writes  *writeCounter
+	servers *serverRegistry
+}
+
+// serverRegistry maps instance pods (simulated by kwok) to real database
+// servers on loopback: the resolver the in-process operator uses.
+type serverRegistry struct {
+	mu    sync.Mutex
+	ports map[string]int // namespace/pod -> port
+}
+
+func (s *serverRegistry) set(namespace, pod string, port int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ports[namespace+"/"+pod] = port
+}
+
+func (s *serverRegistry) resolve(_ context.Context, pod *corev1.Pod, _ int) (engine.Endpoint, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	port, ok := s.ports[pod.Namespace+"/"+pod.Name]
+	if !ok {
+		return engine.Endpoint{}, fmt.Errorf("no server runs for pod %s/%s", pod.Namespace, pod.Name)
+	}
+	return engine.Endpoint{Host: "127.0.0.1", Port: port}, nil
 }
 
 // testEnv is set once by TestMain and only read by the tests.
@@ -93,14 +119,18 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := controllers.Setup(mgr, controllers.ValueOptions{OperatorNamespace: "database-operator-system"}); err != nil {
+	servers := &serverRegistry{ports: map[string]int{}}
+	if err := controllers.Setup(mgr, controllers.Options{
+		Values:  controllers.ValueOptions{OperatorNamespace: "database-operator-system"},
+		Resolve: servers.resolve,
+	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
 
-	testEnv = env{cluster: c, client: userClient, writes: writes}
+	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers}
 	code := m.Run()
 	cancel()
 	if err := <-mgrDone; err != nil {

@@ -1,0 +1,67 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/database-operator/internal/engine"
+)
+
+// fakeInstance orders positions by LSN alone, as a PostgreSQL instance on
+// one timeline would; GTID "x" marks a diverged position.
+type fakeInstance struct{ engine.Instance }
+
+func (fakeInstance) Compare(a, b engine.Position) (int, error) {
+	if a.GTID == "x" || b.GTID == "x" {
+		return 0, engine.ErrDiverged
+	}
+	switch {
+	case a.LSN < b.LSN:
+		return -1, nil
+	case a.LSN > b.LSN:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func cand(name string, role engine.Role, applied, received engine.LSN) candidate {
+	return candidate{
+		pod:    &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		inst:   fakeInstance{},
+		status: engine.Status{Role: role, Applied: engine.Position{LSN: applied}, Received: engine.Position{LSN: received}},
+	}
+}
+
+func TestChooseCandidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		cands []candidate
+		want  string
+	}{
+		{"the least lagging replica wins", []candidate{cand("db-1", engine.RoleReplica, 100, 100), cand("db-2", engine.RoleReplica, 300, 300)}, "db-2"},
+		{"first by ordinal on a tie", []candidate{cand("db-1", engine.RoleReplica, 300, 300), cand("db-2", engine.RoleReplica, 300, 300)}, "db-1"},
+		{"equal applied: more received wins", []candidate{cand("db-1", engine.RoleReplica, 300, 300), cand("db-2", engine.RoleReplica, 300, 400)}, "db-2"},
+		{"a primary is never a candidate", []candidate{cand("db-1", engine.RolePrimary, 900, 900), cand("db-2", engine.RoleReplica, 10, 10)}, "db-2"},
+	}
+	for _, tt := range tests {
+		got, why, err := chooseCandidate(tt.cands)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got.pod.Name != tt.want {
+			t.Errorf("%s: chose %s, want %s (%s)", tt.name, got.pod.Name, tt.want, why)
+		}
+		if !strings.Contains(why, tt.want) {
+			t.Errorf("%s: explanation %q does not name the choice", tt.name, why)
+		}
+	}
+	if _, _, err := chooseCandidate(nil); err == nil {
+		t.Error("no candidates: no error")
+	}
+	if _, _, err := chooseCandidate([]candidate{cand("db-1", engine.RolePrimary, 1, 1)}); err == nil {
+		t.Error("only a primary: no error")
+	}
+}

@@ -1,0 +1,140 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/testservers"
+)
+
+// TestPostgresFailover: a three-instance PostgreSQL Database whose pods
+// (simulated by kwok) map to real PostgreSQL servers. The primary's server
+// is killed and its pod marked not ready; the operator promotes a replica,
+// the read-write Service follows it, writes succeed there, every
+// acknowledged row is present, and the other replica follows the new primary.
+func TestPostgresFailover(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	primary := testservers.StartPostgresPrimary(t)
+	replicas := []*testservers.Postgres{primary.StartReplica(t), primary.StartReplica(t)}
+	for i, s := range append([]*testservers.Postgres{primary}, replicas...) {
+		testEnv.servers.set(ns, fmt.Sprintf("pg-%d", i), s.Port)
+	}
+	// The credentials the servers use, as the Secret the operator adopts.
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-credentials", Labels: map[string]string{
+			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": "pg", "app.kubernetes.io/managed-by": "database-operator"}},
+		StringData: map[string]string{"username": "postgres", "password": primary.Password},
+	}
+	if err := testEnv.client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	db := database(ns, "pg", dbv1.EnginePostgreSQL, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 3)
+
+	if err := pgExec(t, primary, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		if err := pgExec(t, primary, "INSERT INTO orders (note) VALUES ('acknowledged')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The primary is lost: its server dies and its pod turns unready.
+	primary.Kill()
+	setPodReady(t, ns, "pg-0", false)
+
+	got := &dbv1.Database{}
+	eventually(t, 60*time.Second, "a replica promoted", func() string {
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		if got.Status.LastFailover == nil || got.Status.CurrentPrimary == "pg-0" {
+			return fmt.Sprintf("primary %s, last failover %+v, conditions %+v", got.Status.CurrentPrimary, got.Status.LastFailover, got.Status.Conditions)
+		}
+		return ""
+	})
+	newName := got.Status.CurrentPrimary
+	if got.Status.LastFailover.From != "pg-0" || got.Status.LastFailover.To != newName || got.Status.LastFailover.Reason == "" {
+		t.Errorf("failover record %+v", got.Status.LastFailover)
+	}
+	newIdx := slices.Index([]string{"pg-1", "pg-2"}, newName)
+	if newIdx < 0 {
+		t.Fatalf("promoted %q", newName)
+	}
+	newPrimary, other := replicas[newIdx], replicas[1-newIdx]
+
+	eventually(t, 30*time.Second, "pg-rw routes to the new primary", func() string {
+		if eps := endpointPods(t, ns, "pg-rw"); !slices.Equal(eps, []string{newName}) {
+			return fmt.Sprintf("pg-rw endpoints %v", eps)
+		}
+		return ""
+	})
+	if err := pgExec(t, newPrimary, "INSERT INTO orders (note) VALUES ('after failover')"); err != nil {
+		t.Fatalf("write on the new primary: %v", err)
+	}
+	if n := pgCount(t, newPrimary); n != 51 {
+		t.Errorf("new primary has %d rows, want 50 acknowledged + 1", n)
+	}
+	eventually(t, 30*time.Second, "the other replica follows the new primary", func() string {
+		if n := pgCount(t, other); n != 51 {
+			return fmt.Sprintf("%d rows on the other replica", n)
+		}
+		return ""
+	})
+	waitRunningAtLeast(t, db, 2)
+}
+
+func setPodReady(t *testing.T, ns, name string, ready bool) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := testEnv.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	for i, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			pod.Status.Conditions[i].Status = status
+			pod.Status.Conditions[i].LastTransitionTime = metav1.Now()
+		}
+	}
+	for i := range pod.Status.ContainerStatuses {
+		pod.Status.ContainerStatuses[i].Ready = ready
+	}
+	if err := testEnv.client.Status().Patch(context.Background(), pod, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitRunningAtLeast waits until the Database serves writes again with at
+// least n ready instances (a lost primary stays unready).
+func waitRunningAtLeast(t *testing.T, db *dbv1.Database, n int32) {
+	t.Helper()
+	eventually(t, 30*time.Second, "serving again", func() string {
+		got := &dbv1.Database{}
+		if err := testEnv.client.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		if got.Status.ReadyReplicas < n || got.Status.CurrentPrimary == "" {
+			return fmt.Sprintf("%d ready, primary %q, phase %s", got.Status.ReadyReplicas, got.Status.CurrentPrimary, got.Status.Phase)
+		}
+		return ""
+	})
+}
