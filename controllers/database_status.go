@@ -21,7 +21,7 @@ import (
 type observed struct {
 	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
 	pods        []corev1.Pod
-	waiting     string // set when a phase waits on something before it can go on
+	waiting     string        // set when a phase waits on something before it can go on
 	requeue     time.Duration // when to look again (a failover delay running out)
 
 	// Failover: when the primary was first seen failed (nil: healthy), and
@@ -29,8 +29,8 @@ type observed struct {
 	primaryUnhealthySince *metav1.Time
 	promoted              string
 	failover              *dbv1.FailoverRecord
-	failedPhase string // the reconcile phase that failed, if any
-	err         error  // what it failed with
+	failedPhase           string // the reconcile phase that failed, if any
+	err                   error  // what it failed with
 }
 
 // Condition reasons.

@@ -184,5 +184,3 @@ func lookPath(t testing.TB, candidates []string, pkg string) string {
 	t.Fatalf("none of %v found: install the Debian package %s (.ci/run does)", candidates, pkg)
 	return ""
 }
-
-

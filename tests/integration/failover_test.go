@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/testservers"
 )
 
@@ -134,6 +135,90 @@ func waitRunningAtLeast(t *testing.T, db *dbv1.Database, n int32) {
 		}
 		if got.Status.ReadyReplicas < n || got.Status.CurrentPrimary == "" {
 			return fmt.Sprintf("%d ready, primary %q, phase %s", got.Status.ReadyReplicas, got.Status.CurrentPrimary, got.Status.Phase)
+		}
+		return ""
+	})
+}
+
+// TestMariaDBFailover: the same loss of the primary with real MariaDB
+// servers in GTID replication: the furthest replica is promoted, the other
+// follows it, no acknowledged row is lost.
+func TestMariaDBFailover(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	servers := []*testservers.MariaDB{testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)}
+	for i, s := range servers {
+		testEnv.servers.set(ns, fmt.Sprintf("maria-%d", i), s.Port)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "maria-credentials", Labels: map[string]string{
+			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": "maria", "app.kubernetes.io/managed-by": "database-operator"}},
+		StringData: map[string]string{"username": "root", "password": testservers.MariaDBRootPassword},
+	}
+	if err := testEnv.client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	// Replication as the chart's bootstrap would set it up.
+	for _, r := range servers[1:] {
+		inst := openMariaInstance(t, r)
+		if err := inst.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: servers[0].Port},
+			engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := database(ns, "maria", dbv1.EngineMariaDB, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 3)
+	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"} {
+		if err := mariaExec(t, servers[0], stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 50 {
+		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('acknowledged')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "replicas caught up", func() string {
+		for i, r := range servers[1:] {
+			if n := mariaCount(t, r); n != 50 {
+				return fmt.Sprintf("replica %d has %d rows", i+1, n)
+			}
+		}
+		return ""
+	})
+
+	servers[0].Kill()
+	setPodReady(t, ns, "maria-0", false)
+	got := &dbv1.Database{}
+	eventually(t, 60*time.Second, "a replica promoted", func() string {
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		if got.Status.LastFailover == nil || got.Status.CurrentPrimary == "maria-0" {
+			return fmt.Sprintf("primary %s, conditions %+v", got.Status.CurrentPrimary, got.Status.Conditions)
+		}
+		return ""
+	})
+	idx := slices.Index([]string{"maria-1", "maria-2"}, got.Status.CurrentPrimary)
+	if idx < 0 {
+		t.Fatalf("promoted %q", got.Status.CurrentPrimary)
+	}
+	newPrimary, other := servers[1+idx], servers[2-idx]
+	if err := mariaExec(t, newPrimary, "INSERT INTO shop.orders (note) VALUES ('after failover')"); err != nil {
+		t.Fatalf("write on the new primary: %v", err)
+	}
+	eventually(t, 30*time.Second, "every row on the new primary and the other replica", func() string {
+		if a, b := mariaCount(t, newPrimary), mariaCount(t, other); a != 51 || b != 51 {
+			return fmt.Sprintf("new primary %d rows, other replica %d", a, b)
+		}
+		return ""
+	})
+	eventually(t, 30*time.Second, "maria-rw routes to the new primary", func() string {
+		if eps := endpointPods(t, ns, "maria-rw"); !slices.Equal(eps, []string{got.Status.CurrentPrimary}) {
+			return fmt.Sprintf("maria-rw endpoints %v", eps)
 		}
 		return ""
 	})
