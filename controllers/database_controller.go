@@ -86,6 +86,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Credentials", r.reconcileCredentials},
 		{"Apply", r.reconcileObjects},
 		{"Failover", r.reconcileFailover},
+		{"Switchover", r.reconcileSwitchover},
 		{"Roles", r.reconcileRoles},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {

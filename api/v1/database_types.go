@@ -82,6 +82,15 @@ type DatabaseSpec struct {
 	// Failover is the automatic failover policy (with two or more replicas).
 	// +optional
 	Failover FailoverSpec `json:"failover,omitempty"`
+
+	// Primary names the instance pod (<name>-<ordinal>) that should be the
+	// primary. Setting it to another pod than status.currentPrimary asks for
+	// a switchover: the current primary is fenced, the target applies
+	// everything it wrote, then is promoted; no acknowledged write is lost.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9]+$`
+	Primary string `json:"primary,omitempty"`
 }
 
 // FailoverSpec says when the operator replaces a failed primary.
@@ -225,6 +234,7 @@ type DatabaseStatus struct {
 
 // Database is a PostgreSQL, MySQL or MariaDB database the operator runs: one
 // primary and replicas-1 replicas, with storage, Services and day-2 policy.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.primary) || (self.spec.primary.startsWith(self.metadata.name + '-') && self.spec.primary.substring(size(self.metadata.name) + 1).matches('^[0-9]+$') && int(self.spec.primary.substring(size(self.metadata.name) + 1)) < self.spec.replicas)",message="spec.primary must name one of this Database's instances: <name>-<ordinal> with ordinal below spec.replicas",fieldPath=.spec.primary
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector

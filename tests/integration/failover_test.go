@@ -145,37 +145,7 @@ func waitRunningAtLeast(t *testing.T, db *dbv1.Database, n int32) {
 // follows it, no acknowledged row is lost.
 func TestMariaDBFailover(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	servers := []*testservers.MariaDB{testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)}
-	for i, s := range servers {
-		testEnv.servers.set(ns, fmt.Sprintf("maria-%d", i), s.Port)
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "maria-credentials", Labels: map[string]string{
-			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": "maria", "app.kubernetes.io/managed-by": "database-operator"}},
-		StringData: map[string]string{"username": "root", "password": testservers.MariaDBRootPassword},
-	}
-	if err := testEnv.client.Create(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	// Replication as the chart's bootstrap would set it up.
-	for _, r := range servers[1:] {
-		inst := openMariaInstance(t, r)
-		if err := inst.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: servers[0].Port},
-			engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db := database(ns, "maria", dbv1.EngineMariaDB, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 3)
-	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"} {
-		if err := mariaExec(t, servers[0], stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns, db, servers := mariaDBWithServers(t, "maria")
 	for range 50 {
 		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('acknowledged')"); err != nil {
 			t.Fatal(err)
@@ -222,4 +192,44 @@ func TestMariaDBFailover(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// mariaDBWithServers starts three real MariaDB servers replicating from the
+// first (as the chart's bootstrap would set them up), maps pods <name>-0..2
+// to them, and creates a Running three-instance Database over them with a
+// one-second failover delay and a shop.orders table.
+func mariaDBWithServers(t *testing.T, name string) (string, *dbv1.Database, []*testservers.MariaDB) {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	servers := []*testservers.MariaDB{testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)}
+	for i, s := range servers {
+		testEnv.servers.set(ns, fmt.Sprintf("%s-%d", name, i), s.Port)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-credentials", Labels: map[string]string{
+			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "database-operator"}},
+		StringData: map[string]string{"username": "root", "password": testservers.MariaDBRootPassword},
+	}
+	if err := testEnv.client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range servers[1:] {
+		inst := openMariaInstance(t, r)
+		if err := inst.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: servers[0].Port},
+			engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := database(ns, name, dbv1.EngineMariaDB, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 3)
+	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"} {
+		if err := mariaExec(t, servers[0], stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns, db, servers
 }
