@@ -122,3 +122,30 @@ func (m *MariaDB) DB(ctx context.Context, user, password string) (*sql.DB, error
 	}
 	return db, nil
 }
+
+// AppExec runs one statement as the application account.
+func (m *MariaDB) AppExec(ctx context.Context, stmt string) error {
+	db, err := m.DB(ctx, "app", MariaDBAppPassword)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, stmt)
+	return err
+}
+
+// Count returns the number of rows in table, or -1 when it cannot be read
+// (yet): a replica may not have the table before it catches up.
+func (m *MariaDB) Count(t testing.TB, table string) int {
+	t.Helper()
+	db, err := m.DB(context.Background(), "app", MariaDBAppPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}

@@ -109,3 +109,30 @@ func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
 	cfg.ConnectTimeout = 2 * time.Second
 	return pgx.ConnectConfig(ctx, cfg)
 }
+
+// Exec runs one statement as the superuser in a new session.
+func (p *Postgres) Exec(ctx context.Context, sql string) error {
+	c, err := p.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, sql)
+	return err
+}
+
+// Count returns the number of rows in table, failing the test on error.
+func (p *Postgres) Count(t testing.TB, table string) int {
+	t.Helper()
+	ctx := context.Background()
+	c, err := p.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

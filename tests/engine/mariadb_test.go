@@ -26,31 +26,6 @@ func openMaria(t *testing.T, m *testservers.MariaDB) engine.Instance {
 	return inst
 }
 
-func appExec(t *testing.T, m *testservers.MariaDB, stmt string) error {
-	t.Helper()
-	db, err := m.DB(context.Background(), "app", testservers.MariaDBAppPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	_, err = db.Exec(stmt)
-	return err
-}
-
-func mariaCount(t *testing.T, m *testservers.MariaDB) int {
-	t.Helper()
-	db, err := m.DB(context.Background(), "app", testservers.MariaDBAppPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var n int
-	if err := db.QueryRow("SELECT count(*) FROM shop.orders").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestMariaDBFailoverPrimitives: GTID replication set up by Follow, fencing
 // that stops application writes, promotion after the primary is lost, the
 // other replica re-pointed, and an old primary that took a write after
@@ -66,14 +41,14 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := appExec(t, primary, "CREATE DATABASE shop"); err != nil {
+	if err := primary.AppExec(ctx, "CREATE DATABASE shop"); err != nil {
 		t.Fatal(err)
 	}
-	if err := appExec(t, primary, "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"); err != nil {
+	if err := primary.AppExec(ctx, "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"); err != nil {
 		t.Fatal(err)
 	}
 	for range 100 {
-		if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('before failover')"); err != nil {
+		if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('before failover')"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +58,7 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 		t.Errorf("replica status %+v: want read-only, streaming from %d", st, primary.Port)
 	}
 	// A replica refuses application writes.
-	if err := appExec(t, r1, "INSERT INTO shop.orders (note) VALUES ('on a replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+	if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on a replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Errorf("application write on a replica: %v", err)
 	}
 
@@ -91,13 +66,13 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	if err := p.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('after fence')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('after fence')"); err == nil || !strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("application write on a fenced primary: %v", err)
 	}
 	if err := p.Unfence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('acknowledged last')"); err != nil {
+	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('acknowledged last')"); err != nil {
 		t.Fatal(err)
 	}
 	waitCaughtUp(t, ctx, p, i1, "r1 again")
@@ -115,14 +90,14 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	if c, err := i1.Compare(s1.Applied, pst.Applied); err != nil || c != 0 {
 		t.Errorf("the promoted replica is at %s, the lost primary was at %s (%d, %v): acknowledged writes lost", s1.Applied, pst.Applied, c, err)
 	}
-	if err := appExec(t, r1, "INSERT INTO shop.orders (note) VALUES ('on the new primary')"); err != nil {
+	if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on the new primary')"); err != nil {
 		t.Fatalf("write on the promoted replica: %v", err)
 	}
 	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, root); err != nil {
 		t.Fatal(err)
 	}
 	waitCaughtUp(t, ctx, i1, i2, "r2 after follow")
-	if n1, n2 := mariaCount(t, r1), mariaCount(t, r2); n1 != 102 || n2 != 102 {
+	if n1, n2 := r1.Count(t, "shop.orders"), r2.Count(t, "shop.orders"); n1 != 102 || n2 != 102 {
 		t.Errorf("rows: new primary %d, other replica %d; want 102 each", n1, n2)
 	}
 
@@ -133,7 +108,7 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	if err := old.Unfence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := appExec(t, primary, "INSERT INTO shop.orders (note) VALUES ('errant')"); err != nil {
+	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('errant')"); err != nil {
 		t.Fatal(err)
 	}
 	ost, _ := old.Status(ctx)

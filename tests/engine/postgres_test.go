@@ -25,33 +25,6 @@ func openPG(t *testing.T, p *testservers.Postgres) engine.Instance {
 	return inst
 }
 
-func pgExec(t *testing.T, p *testservers.Postgres, sql string) error {
-	t.Helper()
-	ctx := context.Background()
-	c, err := p.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	_, err = c.Exec(ctx, sql)
-	return err
-}
-
-func pgCount(t *testing.T, p *testservers.Postgres) int {
-	t.Helper()
-	ctx := context.Background()
-	c, err := p.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var n int
-	if err := c.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestPostgresFailoverPrimitives walks a failover on real servers: two
 // standbys follow a primary; the primary is fenced, then lost; the standby
 // that is furthest ahead is promoted; the other follows it onto the new
@@ -60,14 +33,14 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	primary := testservers.StartPostgresPrimary(t)
-	if err := pgExec(t, primary, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
+	if err := primary.Exec(ctx, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
 		t.Fatal(err)
 	}
 	r1, r2 := primary.StartReplica(t), primary.StartReplica(t)
 	p, i1, i2 := openPG(t, primary), openPG(t, r1), openPG(t, r2)
 
 	for range 100 {
-		if err := pgExec(t, primary, "INSERT INTO orders (note) VALUES ('before failover')"); err != nil {
+		if err := primary.Exec(ctx, "INSERT INTO orders (note) VALUES ('before failover')"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +59,7 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 	if err := p.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err = pgExec(t, primary, "INSERT INTO orders (note) VALUES ('after fence')")
+	err = primary.Exec(ctx, "INSERT INTO orders (note) VALUES ('after fence')")
 	if err == nil || !strings.Contains(err.Error(), "read-only transaction") {
 		t.Fatalf("write on a fenced primary: %v", err)
 	}
@@ -114,10 +87,10 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 	if s1.Role != engine.RolePrimary || s1.ReadOnly || s1.Applied.Timeline != 2 {
 		t.Fatalf("promoted status %+v: want a writable primary on timeline 2", s1)
 	}
-	if err := pgExec(t, r1, "INSERT INTO orders (note) VALUES ('on the new primary')"); err != nil {
+	if err := r1.Exec(ctx, "INSERT INTO orders (note) VALUES ('on the new primary')"); err != nil {
 		t.Fatalf("write on the promoted standby: %v", err)
 	}
-	if n := pgCount(t, r1); n != 101 {
+	if n := r1.Count(t, "orders"); n != 101 {
 		t.Errorf("new primary has %d rows, want 101 (100 acknowledged before the failover + 1)", n)
 	}
 
@@ -130,7 +103,7 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 	if s2.Applied.Timeline != 2 || !strings.HasSuffix(s2.Source, ":"+itoa(r1.Port)) {
 		t.Errorf("r2 status %+v: want timeline 2 streaming from port %d", s2, r1.Port)
 	}
-	if n := pgCount(t, r2); n != 101 {
+	if n := r2.Count(t, "orders"); n != 101 {
 		t.Errorf("r2 has %d rows, want 101", n)
 	}
 
