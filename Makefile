@@ -91,6 +91,12 @@ test-integration: ## Integration tests on a real local control plane.
 	LOCAL_CLUSTER_BIN="$$BIN" go test $(GOTEST_FLAGS) -count=1 -timeout 30m ./tests/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
+FAILOVER_RUNS ?= 5
+.PHONY: bench-failover
+bench-failover: ## Time from primary loss to the first write through -rw, p50/p95 per engine (real servers).
+	@BIN=$$(hack/build-tools.sh cluster); \
+	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench BenchmarkFailover -benchtime=$(FAILOVER_RUNS)x -timeout 30m ./tests/integration/
+
 .PHONY: bench
 bench: ## Benchmarks (render, apply decision); prints figures.
 	go test -run '^$$' -bench . -benchmem ./controllers/... ./internal/chart/...

@@ -94,7 +94,7 @@ func TestDatabaseBecomesRunning(t *testing.T) {
 	}
 }
 
-func endpointPods(t *testing.T, ns, svc string) []string {
+func endpointPods(t testing.TB, ns, svc string) []string {
 	t.Helper()
 	slices_ := &discoveryv1.EndpointSliceList{}
 	if err := testEnv.client.List(context.Background(), slices_, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
@@ -149,7 +149,7 @@ func TestSteadyStateIssuesNoWrites(t *testing.T) {
 
 // settle waits until the operator has sent no write to the namespace for
 // the given quiet period.
-func settle(t *testing.T, ns string, quiet time.Duration) {
+func settle(t testing.TB, ns string, quiet time.Duration) {
 	t.Helper()
 	start := testEnv.writes.mark()
 	deadline := time.Now().Add(60 * time.Second)

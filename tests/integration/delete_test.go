@@ -81,7 +81,7 @@ func TestDeletionPolicyDelete(t *testing.T) {
 	})
 }
 
-func waitGone(t *testing.T, db *dbv1.Database) {
+func waitGone(t testing.TB, db *dbv1.Database) {
 	t.Helper()
 	eventually(t, 30*time.Second, db.Name+" deleted", func() string {
 		if err := get(t, db.DeepCopy()); !apierrors.IsNotFound(err) {

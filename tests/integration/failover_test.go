@@ -24,30 +24,7 @@ import (
 // acknowledged row is present, and the other replica follows the new primary.
 func TestPostgresFailover(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	primary := testservers.StartPostgresPrimary(t)
-	replicas := []*testservers.Postgres{primary.StartReplica(t), primary.StartReplica(t)}
-	for i, s := range append([]*testservers.Postgres{primary}, replicas...) {
-		testEnv.servers.set(ns, fmt.Sprintf("pg-%d", i), s.Port)
-	}
-	// The credentials the servers use, as the Secret the operator adopts.
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pg-credentials", Labels: map[string]string{
-			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": "pg", "app.kubernetes.io/managed-by": "database-operator"}},
-		StringData: map[string]string{"username": "postgres", "password": primary.Password},
-	}
-	if err := testEnv.client.Create(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	db := database(ns, "pg", dbv1.EnginePostgreSQL, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
-	if err := testEnv.client.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	waitRunning(t, db, 3)
-
-	if err := pgExec(t, primary, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
-		t.Fatal(err)
-	}
+	ns, db, primary, replicas := postgresDatabase(t, "pg")
 	for range 50 {
 		if err := pgExec(t, primary, "INSERT INTO orders (note) VALUES ('acknowledged')"); err != nil {
 			t.Fatal(err)
@@ -99,7 +76,7 @@ func TestPostgresFailover(t *testing.T) {
 	waitRunningAtLeast(t, db, 2)
 }
 
-func setPodReady(t *testing.T, ns, name string, ready bool) {
+func setPodReady(t testing.TB, ns, name string, ready bool) {
 	t.Helper()
 	pod := &corev1.Pod{}
 	if err := testEnv.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
@@ -126,7 +103,7 @@ func setPodReady(t *testing.T, ns, name string, ready bool) {
 
 // waitRunningAtLeast waits until the Database serves writes again with at
 // least n ready instances (a lost primary stays unready).
-func waitRunningAtLeast(t *testing.T, db *dbv1.Database, n int32) {
+func waitRunningAtLeast(t testing.TB, db *dbv1.Database, n int32) {
 	t.Helper()
 	eventually(t, 30*time.Second, "serving again", func() string {
 		got := &dbv1.Database{}
@@ -198,7 +175,7 @@ func TestMariaDBFailover(t *testing.T) {
 // first (as the chart's bootstrap would set them up), maps pods <name>-0..2
 // to them, and creates a Running three-instance Database over them with a
 // one-second failover delay and a shop.orders table.
-func mariaDBWithServers(t *testing.T, name string) (string, *dbv1.Database, []*testservers.MariaDB) {
+func mariaDBWithServers(t testing.TB, name string) (string, *dbv1.Database, []*testservers.MariaDB) {
 	t.Helper()
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -232,4 +209,37 @@ func mariaDBWithServers(t *testing.T, name string) (string, *dbv1.Database, []*t
 		}
 	}
 	return ns, db, servers
+}
+
+// postgresDatabase starts a real PostgreSQL primary with two streaming
+// replicas, maps pods <name>-0..2 to them, and creates a Running
+// three-instance Database over them (failover delay one second) with an
+// orders table.
+func postgresDatabase(t testing.TB, name string) (string, *dbv1.Database, *testservers.Postgres, []*testservers.Postgres) {
+	t.Helper()
+	ctx := context.Background()
+	ns := newNamespace(t)
+	primary := testservers.StartPostgresPrimary(t)
+	replicas := []*testservers.Postgres{primary.StartReplica(t), primary.StartReplica(t)}
+	for i, s := range append([]*testservers.Postgres{primary}, replicas...) {
+		testEnv.servers.set(ns, fmt.Sprintf("%s-%d", name, i), s.Port)
+	}
+	// The credentials the servers use, as the Secret the operator adopts.
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-credentials", Labels: map[string]string{
+			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "database-operator"}},
+		StringData: map[string]string{"username": "postgres", "password": primary.Password},
+	}
+	if err := testEnv.client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	db := database(ns, name, dbv1.EnginePostgreSQL, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
+	if err := testEnv.client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, db, 3)
+	if err := pgExec(t, primary, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	return ns, db, primary, replicas
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // newNamespace creates a namespace for one test and deletes it afterwards.
-func newNamespace(t *testing.T) string {
+func newNamespace(t testing.TB) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 50 {
@@ -50,7 +50,7 @@ func database(ns, name string, engine dbv1.Engine, replicas int32, mutate ...fun
 
 // eventually polls cond until it returns "" (done) or the timeout passes,
 // then fails with the last thing cond said.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() string) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -63,14 +63,14 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() st
 	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
 }
 
-func get(t *testing.T, obj client.Object) error {
+func get(t testing.TB, obj client.Object) error {
 	t.Helper()
 	return testEnv.client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
 }
 
 // waitRunning waits until the Database is Running, Ready, with the given
 // ready replicas, and its status describes the current generation.
-func waitRunning(t *testing.T, db *dbv1.Database, replicas int32) *dbv1.Database {
+func waitRunning(t testing.TB, db *dbv1.Database, replicas int32) *dbv1.Database {
 	t.Helper()
 	got := &dbv1.Database{}
 	eventually(t, 90*time.Second, fmt.Sprintf("%s Running with %d ready", db.Name, replicas), func() string {
@@ -93,7 +93,7 @@ func waitRunning(t *testing.T, db *dbv1.Database, replicas int32) *dbv1.Database
 	return got
 }
 
-func podsOf(t *testing.T, db *dbv1.Database) []corev1.Pod {
+func podsOf(t testing.TB, db *dbv1.Database) []corev1.Pod {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := testEnv.client.List(context.Background(), pods, client.InNamespace(db.Namespace),
@@ -103,7 +103,7 @@ func podsOf(t *testing.T, db *dbv1.Database) []corev1.Pod {
 	return pods.Items
 }
 
-func pvcsOf(t *testing.T, db *dbv1.Database) []corev1.PersistentVolumeClaim {
+func pvcsOf(t testing.TB, db *dbv1.Database) []corev1.PersistentVolumeClaim {
 	t.Helper()
 	pvcs := &corev1.PersistentVolumeClaimList{}
 	if err := testEnv.client.List(context.Background(), pvcs, client.InNamespace(db.Namespace),
@@ -115,7 +115,7 @@ func pvcsOf(t *testing.T, db *dbv1.Database) []corev1.PersistentVolumeClaim {
 
 // updateSpec changes a Database's spec, retrying when the operator's own
 // writes (finalizer, status) moved the resourceVersion in between.
-func updateSpec(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) {
+func updateSpec(t testing.TB, db *dbv1.Database, mutate func(*dbv1.Database)) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		got := &dbv1.Database{}
@@ -132,7 +132,7 @@ func updateSpec(t *testing.T, db *dbv1.Database, mutate func(*dbv1.Database)) {
 
 // runningDatabase creates a Database in a fresh namespace and waits until
 // it is Running with every instance ready.
-func runningDatabase(t *testing.T, name string, engine dbv1.Engine, replicas int32, mutate ...func(*dbv1.Database)) *dbv1.Database {
+func runningDatabase(t testing.TB, name string, engine dbv1.Engine, replicas int32, mutate ...func(*dbv1.Database)) *dbv1.Database {
 	t.Helper()
 	db := database(newNamespace(t), name, engine, replicas, mutate...)
 	if err := testEnv.client.Create(context.Background(), db); err != nil {

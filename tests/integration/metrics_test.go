@@ -8,7 +8,7 @@ import (
 
 // reconcileCount reads controller-runtime's reconcile counter for the
 // Database controller from the in-process metrics registry.
-func reconcileCount(t *testing.T) float64 {
+func reconcileCount(t testing.TB) float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {

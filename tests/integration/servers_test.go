@@ -9,7 +9,7 @@ import (
 	"example.com/database-operator/internal/testservers"
 )
 
-func openMariaInstance(t *testing.T, m *testservers.MariaDB) engine.Instance {
+func openMariaInstance(t testing.TB, m *testservers.MariaDB) engine.Instance {
 	t.Helper()
 	inst, err := engine.Open(context.Background(), dbv1.EngineMariaDB, engine.Endpoint{Host: "127.0.0.1", Port: m.Port},
 		engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}, engine.Options{})
@@ -20,14 +20,14 @@ func openMariaInstance(t *testing.T, m *testservers.MariaDB) engine.Instance {
 	return inst
 }
 
-func pgExec(_ *testing.T, p *testservers.Postgres, sql string) error {
+func pgExec(_ testing.TB, p *testservers.Postgres, sql string) error {
 	return p.Exec(context.Background(), sql)
 }
 
-func pgCount(t *testing.T, p *testservers.Postgres) int { return p.Count(t, "orders") }
+func pgCount(t testing.TB, p *testservers.Postgres) int { return p.Count(t, "orders") }
 
-func mariaExec(_ *testing.T, m *testservers.MariaDB, stmt string) error {
+func mariaExec(_ testing.TB, m *testservers.MariaDB, stmt string) error {
 	return m.AppExec(context.Background(), stmt)
 }
 
-func mariaCount(t *testing.T, m *testservers.MariaDB) int { return m.Count(t, "shop.orders") }
+func mariaCount(t testing.TB, m *testservers.MariaDB) int { return m.Count(t, "shop.orders") }

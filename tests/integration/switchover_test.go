@@ -90,7 +90,7 @@ func TestMariaDBSwitchover(t *testing.T) {
 
 }
 
-func mariaNotes(t *testing.T, m *testservers.MariaDB) map[string]bool {
+func mariaNotes(t testing.TB, m *testservers.MariaDB) map[string]bool {
 	t.Helper()
 	sqlDB, err := m.DB(context.Background(), "app", testservers.MariaDBAppPassword)
 	if err != nil {
