@@ -144,4 +144,3 @@ func waitReached(ctx context.Context, inst engine.Instance, pos engine.Position)
 		}
 	}
 }
-
