@@ -150,6 +150,8 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		}
 	}()
 	var unreachable []string
+	// Sort a copy: primaryPod points into the caller's slice.
+	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for i := range pods {
 		pod := &pods[i]
@@ -240,15 +242,16 @@ func chooseCandidate(cands []candidate) (candidate, string, error) {
 			best = c
 			continue
 		}
-		cmp, err := c.inst.Compare(c.status.Applied, best.status.Applied)
+		// Promotion applies everything a replica has received before it
+		// takes writes, so what it received is what it will hold; on a tie,
+		// the one that already applied more is ready sooner.
+		cmp, err := c.inst.Compare(c.status.Received, best.status.Received)
 		if err != nil {
 			// Diverged replicas cannot be ordered: keep the one chosen so
 			// far, which came first by ordinal.
 			continue
 		}
-		// Equal applied positions: the one that received more loses less
-		// once it has applied the rest.
-		if cmp > 0 || (cmp == 0 && mustCompare(c.inst, c.status.Received, best.status.Received) > 0) {
+		if cmp > 0 || (cmp == 0 && mustCompare(c.inst, c.status.Applied, best.status.Applied) > 0) {
 			best = c
 		}
 	}
@@ -258,10 +261,10 @@ func chooseCandidate(cands []candidate) (candidate, string, error) {
 	var others []string
 	for _, c := range cands {
 		if c.pod.Name != best.pod.Name {
-			others = append(others, fmt.Sprintf("%s at %s", c.pod.Name, c.status.Applied))
+			others = append(others, fmt.Sprintf("%s at %s", c.pod.Name, c.status.Received))
 		}
 	}
-	why := fmt.Sprintf("%s has the furthest position %s", best.pod.Name, best.status.Applied)
+	why := fmt.Sprintf("%s has the furthest position %s", best.pod.Name, best.status.Received)
 	if len(others) > 0 {
 		why += "; passed over " + strings.Join(others, ", ")
 	}

@@ -43,7 +43,8 @@ func TestChooseCandidate(t *testing.T) {
 	}{
 		{"the least lagging replica wins", []candidate{cand("db-1", engine.RoleReplica, 100, 100), cand("db-2", engine.RoleReplica, 300, 300)}, "db-2"},
 		{"first by ordinal on a tie", []candidate{cand("db-1", engine.RoleReplica, 300, 300), cand("db-2", engine.RoleReplica, 300, 300)}, "db-1"},
-		{"equal applied: more received wins", []candidate{cand("db-1", engine.RoleReplica, 300, 300), cand("db-2", engine.RoleReplica, 300, 400)}, "db-2"},
+		{"more received wins: promotion applies it", []candidate{cand("db-1", engine.RoleReplica, 350, 350), cand("db-2", engine.RoleReplica, 300, 400)}, "db-2"},
+		{"equal received: more applied wins", []candidate{cand("db-1", engine.RoleReplica, 300, 400), cand("db-2", engine.RoleReplica, 390, 400)}, "db-2"},
 		{"a primary is never a candidate", []candidate{cand("db-1", engine.RolePrimary, 900, 900), cand("db-2", engine.RoleReplica, 10, 10)}, "db-2"},
 	}
 	for _, tt := range tests {

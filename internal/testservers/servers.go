@@ -45,7 +45,13 @@ func scratchDir(t testing.TB, u *user.User) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server files kept in %s", dir) // logs and data, for the failure
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
 	if u != nil {
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
