@@ -91,15 +91,15 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	if db.Status.CurrentPrimary == "" || (obs.statefulSet != nil && obs.statefulSet.Status.CurrentRevision != obs.statefulSet.Status.UpdateRevision) {
 		return nil
 	}
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
 	}
 	primary := db.Status.CurrentPrimary
 	var primaryPod *corev1.Pod
-	for i := range pods.Items {
-		if pods.Items[i].Name == primary {
-			primaryPod = &pods.Items[i]
+	for i := range pods {
+		if pods[i].Name == primary {
+			primaryPod = &pods[i]
 		}
 	}
 	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
@@ -131,7 +131,7 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		obs.requeue = wait
 		return nil
 	}
-	return r.failover(ctx, db, obs, pods.Items, primaryPod, creds)
+	return r.failover(ctx, db, obs, pods, primaryPod, creds)
 }
 
 type candidate struct {

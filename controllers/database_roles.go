@@ -29,14 +29,13 @@ func primaryName(db *dbv1.Database, obs *observed) string {
 // on it. Only the label is applied (server-side, the operator's field owner),
 // and only on pods where it is wrong.
 func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
 	}
 	primary := primaryName(db, obs)
-	obs.pods = pods.Items
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range pods {
+		pod := &pods[i]
 		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -71,4 +70,18 @@ func (r *DatabaseReconciler) applyPodRole(ctx context.Context, pod *corev1.Pod, 
 		return fmt.Errorf("labelling pod %s %s: %w", pod.Name, role, err)
 	}
 	return nil
+}
+
+// instancePods lists the Database's pods once per reconcile (from the
+// cache) and keeps them in obs for the phases after and for status.
+func (r *DatabaseReconciler) instancePods(ctx context.Context, db *dbv1.Database, obs *observed) ([]corev1.Pod, error) {
+	if obs.podsListed {
+		return obs.pods, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	obs.pods, obs.podsListed = pods.Items, true
+	return obs.pods, nil
 }

@@ -21,6 +21,7 @@ import (
 type observed struct {
 	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
 	pods        []corev1.Pod
+	podsListed  bool
 	waiting     string        // set when a phase waits on something before it can go on
 	requeue     time.Duration // when to look again (a failover delay running out)
 

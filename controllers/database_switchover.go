@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
@@ -28,17 +27,17 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	if r.Instances == nil || target == "" || current == "" || target == current || obs.promoted != "" {
 		return nil
 	}
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
 	}
 	var targetPod, currentPod *corev1.Pod
-	for i := range pods.Items {
-		switch pods.Items[i].Name {
+	for i := range pods {
+		switch pods[i].Name {
 		case target:
-			targetPod = &pods.Items[i]
+			targetPod = &pods[i]
 		case current:
-			currentPod = &pods.Items[i]
+			currentPod = &pods[i]
 		}
 	}
 	if targetPod == nil || !podReady(targetPod) {
@@ -84,8 +83,8 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 		return err
 	}
 	var errs []error
-	for i := range pods.Items {
-		pod := &pods.Items[i]
+	for i := range pods {
+		pod := &pods[i]
 		if pod.Name == target || !podReady(pod) && pod.Name != current {
 			continue
 		}

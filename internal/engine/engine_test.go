@@ -49,11 +49,7 @@ func TestComparePostgres(t *testing.T) {
 }
 
 func TestCompareMariaDBGTID(t *testing.T) {
-	tests := []struct {
-		a, b     string
-		want     int
-		diverged bool
-	}{
+	tests := []compareCase{
 		{"0-1-10", "0-1-10", 0, false},
 		{"0-1-11", "0-1-10", 1, false},
 		{"0-1-9", "0-1-10", -1, false},
@@ -64,18 +60,7 @@ func TestCompareMariaDBGTID(t *testing.T) {
 		{"0-1-11,1-1-4", "0-1-10,1-1-5", 0, true},    // ahead in one domain, behind in another
 		{" 0-1-3 , 1-2-4 ", "1-2-4,0-1-3", 0, false}, // order and spaces do not matter
 	}
-	for _, tt := range tests {
-		got, err := compareMariaDBGTID(tt.a, tt.b)
-		if tt.diverged {
-			if !errors.Is(err, ErrDiverged) {
-				t.Errorf("compare(%q, %q): err %v, want diverged", tt.a, tt.b, err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("compare(%q, %q) = %d, %v; want %d", tt.a, tt.b, got, err, tt.want)
-		}
-	}
+	checkCompare(t, compareMariaDBGTID, tests)
 	for _, bad := range []string{"0-1", "a-b-c", "0-1-2-3"} {
 		if _, err := compareMariaDBGTID(bad, "0-1-1"); err == nil || errors.Is(err, ErrDiverged) {
 			t.Errorf("%q: err %v, want a parse error", bad, err)
@@ -85,11 +70,7 @@ func TestCompareMariaDBGTID(t *testing.T) {
 
 func TestCompareMySQLGTIDSet(t *testing.T) {
 	const u1, u2 = "3E11FA47-71CA-11E1-9E33-C80AA9429562", "4f2d1a10-0000-11e1-9e33-c80aa9429562"
-	tests := []struct {
-		a, b     string
-		want     int
-		diverged bool
-	}{
+	tests := []compareCase{
 		{u1 + ":1-5", strings.ToLower(u1) + ":1-5", 0, false},
 		{u1 + ":1-5", u1 + ":1-3", 1, false},
 		{u1 + ":1-3:4-5", u1 + ":1-5", 0, false}, // adjacent intervals merge
@@ -99,18 +80,7 @@ func TestCompareMySQLGTIDSet(t *testing.T) {
 		{"", u1 + ":1", -1, false},
 		{u1 + ":1-5,\n" + u2 + ":1", u1 + ":1-5", 1, false}, // MySQL wraps long sets
 	}
-	for _, tt := range tests {
-		got, err := compareMySQLGTIDSet(tt.a, tt.b)
-		if tt.diverged {
-			if !errors.Is(err, ErrDiverged) {
-				t.Errorf("compare(%q, %q): err %v, want diverged", tt.a, tt.b, err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("compare(%q, %q) = %d, %v; want %d", tt.a, tt.b, got, err, tt.want)
-		}
-	}
+	checkCompare(t, compareMySQLGTIDSet, tests)
 	for _, bad := range []string{u1, u1 + ":x", u1 + ":5-1"} {
 		if _, err := compareMySQLGTIDSet(bad, u1+":1"); err == nil || errors.Is(err, ErrDiverged) {
 			t.Errorf("%q: err %v, want a parse error", bad, err)
@@ -168,6 +138,29 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%v %+v %#v %s", c, c, c, c)} {
 		if strings.Contains(s, "hunter2") {
 			t.Errorf("password printed: %s", s)
+		}
+	}
+}
+
+type compareCase struct {
+	a, b     string
+	want     int
+	diverged bool
+}
+
+// checkCompare runs a table of position comparisons: an order, or divergence.
+func checkCompare(t *testing.T, compare func(a, b string) (int, error), tests []compareCase) {
+	t.Helper()
+	for _, tt := range tests {
+		got, err := compare(tt.a, tt.b)
+		if tt.diverged {
+			if !errors.Is(err, ErrDiverged) {
+				t.Errorf("compare(%q, %q): err %v, want diverged", tt.a, tt.b, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("compare(%q, %q) = %d, %v; want %d", tt.a, tt.b, got, err, tt.want)
 		}
 	}
 }

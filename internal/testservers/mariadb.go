@@ -3,6 +3,8 @@ package testservers
 import (
 	"context"
 	"database/sql"
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 	"fmt"
 	"os"
 	"os/exec"
@@ -148,4 +150,9 @@ func (m *MariaDB) Count(t testing.TB, table string) int {
 		return -1
 	}
 	return n
+}
+
+// Instance opens the engine layer's view of this server as root.
+func (m *MariaDB) Instance(t testing.TB) engine.Instance {
+	return openInstance(t, dbv1.EngineMariaDB, m.Port, engine.Credentials{User: "root", Password: MariaDBRootPassword})
 }

@@ -2,6 +2,8 @@ package testservers
 
 import (
 	"context"
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -135,4 +137,9 @@ func (p *Postgres) Count(t testing.TB, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Instance opens the engine layer's view of this server as the superuser.
+func (p *Postgres) Instance(t testing.TB) engine.Instance {
+	return openInstance(t, dbv1.EnginePostgreSQL, p.Port, engine.Credentials{User: "postgres", Password: p.Password})
 }

@@ -5,6 +5,9 @@
 package testservers
 
 import (
+	"context"
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 	"net"
 	"os"
 	"os/exec"
@@ -189,4 +192,15 @@ func lookPath(t testing.TB, candidates []string, pkg string) string {
 	}
 	t.Fatalf("none of %v found: install the Debian package %s (.ci/run does)", candidates, pkg)
 	return ""
+}
+
+// openInstance connects the engine layer to a local server, closed at cleanup.
+func openInstance(t testing.TB, e dbv1.Engine, port int, creds engine.Credentials) engine.Instance {
+	t.Helper()
+	inst, err := engine.Open(context.Background(), e, engine.Endpoint{Host: "127.0.0.1", Port: port}, creds, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Close() })
+	return inst
 }

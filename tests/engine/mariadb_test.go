@@ -8,23 +8,11 @@ import (
 	"testing"
 	"time"
 
-	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/testservers"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-func openMaria(t *testing.T, m *testservers.MariaDB) engine.Instance {
-	t.Helper()
-	inst, err := engine.Open(context.Background(), dbv1.EngineMariaDB,
-		engine.Endpoint{Host: "127.0.0.1", Port: m.Port}, engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = inst.Close() })
-	return inst
-}
 
 // TestMariaDBFailoverPrimitives: GTID replication set up by Follow, fencing
 // that stops application writes, promotion after the primary is lost, the
@@ -34,7 +22,7 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	primary, r1, r2 := testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)
-	p, i1, i2 := openMaria(t, primary), openMaria(t, r1), openMaria(t, r2)
+	p, i1, i2 := primary.Instance(t), r1.Instance(t), r2.Instance(t)
 	root := engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}
 	for _, r := range []engine.Instance{i1, i2} {
 		if err := r.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: primary.Port}, root); err != nil {
@@ -104,7 +92,7 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	// The old primary comes back and takes a write it should not have: its
 	// GTID position has diverged from the new primary's.
 	primary.Restart(t)
-	old := openMaria(t, primary)
+	old := primary.Instance(t)
 	if err := old.Unfence(ctx); err != nil {
 		t.Fatal(err)
 	}

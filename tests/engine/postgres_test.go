@@ -9,21 +9,9 @@ import (
 	"testing"
 	"time"
 
-	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/testservers"
 )
-
-func openPG(t *testing.T, p *testservers.Postgres) engine.Instance {
-	t.Helper()
-	inst, err := engine.Open(context.Background(), dbv1.EnginePostgreSQL,
-		engine.Endpoint{Host: "127.0.0.1", Port: p.Port}, engine.Credentials{User: "postgres", Password: p.Password}, engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = inst.Close() })
-	return inst
-}
 
 // TestPostgresFailoverPrimitives walks a failover on real servers: two
 // standbys follow a primary; the primary is fenced, then lost; the standby
@@ -37,7 +25,7 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 		t.Fatal(err)
 	}
 	r1, r2 := primary.StartReplica(t), primary.StartReplica(t)
-	p, i1, i2 := openPG(t, primary), openPG(t, r1), openPG(t, r2)
+	p, i1, i2 := primary.Instance(t), r1.Instance(t), r2.Instance(t)
 
 	for range 100 {
 		if err := primary.Exec(ctx, "INSERT INTO orders (note) VALUES ('before failover')"); err != nil {

@@ -183,16 +183,9 @@ func mariaDBWithServers(t testing.TB, name string) (string, *dbv1.Database, []*t
 	for i, s := range servers {
 		testEnv.servers.set(ns, fmt.Sprintf("%s-%d", name, i), s.Port)
 	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-credentials", Labels: map[string]string{
-			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "database-operator"}},
-		StringData: map[string]string{"username": "root", "password": testservers.MariaDBRootPassword},
-	}
-	if err := testEnv.client.Create(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
+	createCredentials(t, ns, name, "root", testservers.MariaDBRootPassword)
 	for _, r := range servers[1:] {
-		inst := openMariaInstance(t, r)
+		inst := r.Instance(t)
 		if err := inst.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: servers[0].Port},
 			engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}); err != nil {
 			t.Fatal(err)
@@ -225,14 +218,7 @@ func postgresDatabase(t testing.TB, name string) (string, *dbv1.Database, *tests
 		testEnv.servers.set(ns, fmt.Sprintf("%s-%d", name, i), s.Port)
 	}
 	// The credentials the servers use, as the Secret the operator adopts.
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-credentials", Labels: map[string]string{
-			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "database-operator"}},
-		StringData: map[string]string{"username": "postgres", "password": primary.Password},
-	}
-	if err := testEnv.client.Create(ctx, secret); err != nil {
-		t.Fatal(err)
-	}
+	createCredentials(t, ns, name, "postgres", primary.Password)
 	db := database(ns, name, dbv1.EnginePostgreSQL, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
 	if err := testEnv.client.Create(ctx, db); err != nil {
 		t.Fatal(err)
@@ -242,4 +228,18 @@ func postgresDatabase(t testing.TB, name string) (string, *dbv1.Database, *tests
 		t.Fatal(err)
 	}
 	return ns, db, primary, replicas
+}
+
+// createCredentials creates the credentials Secret the test servers use,
+// labelled so that the operator adopts it as the Database's own.
+func createCredentials(t testing.TB, ns, name, user, password string) {
+	t.Helper()
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-credentials", Labels: map[string]string{
+			"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": name, "app.kubernetes.io/managed-by": "database-operator"}},
+		StringData: map[string]string{"username": user, "password": password},
+	}
+	if err := testEnv.client.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
 }
