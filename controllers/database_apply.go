@@ -59,21 +59,29 @@ func desiredObjects(r *chart.Renderer, db *dbv1.Database, opts ValueOptions) ([]
 	if err != nil {
 		return nil, err
 	}
-	owner := metav1.NewControllerRef(db, dbv1.GroupVersion.WithKind("Database"))
 	for _, o := range objs {
-		o.SetOwnerReferences([]metav1.OwnerReference{*owner})
-		sum, err := contentHash(o)
-		if err != nil {
+		if err := stamp(db, o); err != nil {
 			return nil, err
 		}
-		ann := o.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		ann[appliedHashAnnotation] = sum
-		o.SetAnnotations(ann)
 	}
 	return objs, nil
+}
+
+// stamp makes the Database an object's controller owner and records the
+// hash of its content, which tells the next reconcile whether to apply it.
+func stamp(db *dbv1.Database, o *unstructured.Unstructured) error {
+	o.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(db, dbv1.GroupVersion.WithKind("Database"))})
+	sum, err := contentHash(o)
+	if err != nil {
+		return err
+	}
+	ann := o.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[appliedHashAnnotation] = sum
+	o.SetAnnotations(ann)
+	return nil
 }
 
 func contentHash(o *unstructured.Unstructured) (string, error) {
@@ -232,7 +240,8 @@ func isEmpty(v any) bool {
 // render no longer produces (a PodDisruptionBudget after scaling to one
 // instance, say). It never touches PVCs or the credentials Secret.
 func (r *DatabaseReconciler) pruneObjects(ctx context.Context, db *dbv1.Database, desired []*unstructured.Unstructured) ([]string, error) {
-	keep := map[string]bool{}
+	// The topology ConfigMap is the operator's own, not the chart's.
+	keep := map[string]bool{"ConfigMap/" + topologyName(db): true}
 	for _, o := range desired {
 		keep[o.GetKind()+"/"+o.GetName()] = true
 	}

@@ -42,7 +42,7 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 			}
 			got := byKindName(objs)
 			want := []string{"StatefulSet/orders", "Service/orders-headless", "Service/orders-rw", "Service/orders-ro",
-				"ConfigMap/orders-config", "NetworkPolicy/orders"}
+				"ConfigMap/orders-config", "ConfigMap/orders-scripts", "NetworkPolicy/orders"}
 			if replicas > 1 {
 				want = append(want, "PodDisruptionBudget/orders")
 			}

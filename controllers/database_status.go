@@ -30,8 +30,32 @@ type observed struct {
 	primaryUnhealthySince *metav1.Time
 	promoted              string
 	failover              *dbv1.FailoverRecord
-	failedPhase           string // the reconcile phase that failed, if any
-	err                   error  // what it failed with
+
+	// Rejoin: pods to restart (after the topology is written) and why, and
+	// rebuild requests (pod -> token) for the topology.
+	restart    []*corev1.Pod
+	restartWhy map[string]string
+	rebuild    map[string]string
+
+	failedPhase string // the reconcile phase that failed, if any
+	err         error  // what it failed with
+}
+
+func (o *observed) restartPod(pod *corev1.Pod, why string) {
+	if o.restartWhy == nil {
+		o.restartWhy = map[string]string{}
+	}
+	if _, dup := o.restartWhy[pod.Name]; !dup {
+		o.restart = append(o.restart, pod)
+	}
+	o.restartWhy[pod.Name] = why
+}
+
+func (o *observed) requestRebuild(pod, token string) {
+	if o.rebuild == nil {
+		o.rebuild = map[string]string{}
+	}
+	o.rebuild[pod] = token
 }
 
 // Condition reasons.

@@ -97,9 +97,9 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 		_ = inst.Close()
 		switch {
 		case errors.Is(err, engine.ErrNotInRecovery):
-			// A PostgreSQL primary becomes a standby only through a restart
-			// (pg_rewind); it stays fenced, and unlabelled as primary, until then.
-			r.event(db, corev1.EventTypeWarning, "RestartNeeded", "Switchover", "%s stays fenced: it must restart as a standby of %s", pod.Name, target)
+			// A PostgreSQL primary becomes a standby only through a restart:
+			// it stays fenced, and the Rejoin phase restarts its pod so the
+			// start script rewinds it (pg_rewind) onto the new primary.
 		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
 		}

@@ -26,6 +26,9 @@ type dialect interface {
 	unfence() []string
 	promote() []string
 	follow(primary Endpoint, repl Credentials) []string
+	// attachFormerPrimary runs before a former primary's first CHANGE
+	// MASTER/SOURCE, with replication stopped.
+	attachFormerPrimary() []string
 	// waitApplied returns a query that blocks until gtid is applied or the
 	// timeout (seconds) passes; it returns 0 on success.
 	waitApplied(gtid string, timeoutSeconds int) string
@@ -65,6 +68,9 @@ func (mysqlDialect) follow(p Endpoint, c Credentials) []string {
 		"START REPLICA",
 	}
 }
+
+// Auto-positioning starts from gtid_executed, which a primary keeps too.
+func (mysqlDialect) attachFormerPrimary() []string { return nil }
 func (mysqlDialect) waitApplied(gtid string, timeout int) string {
 	return fmt.Sprintf("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %d)", mysqlLiteral(gtid), timeout)
 }
@@ -105,6 +111,12 @@ func (mariadbDialect) follow(p Endpoint, c Credentials) []string {
 			mysqlLiteral(p.Host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password)),
 		"START SLAVE",
 	}
+}
+
+// MASTER_USE_GTID=slave_pos starts from gtid_slave_pos, which a primary
+// does not advance: start it from what the primary wrote and logged.
+func (mariadbDialect) attachFormerPrimary() []string {
+	return []string{"SET GLOBAL gtid_slave_pos = @@GLOBAL.gtid_binlog_pos"}
 }
 func (mariadbDialect) waitApplied(gtid string, timeout int) string {
 	return fmt.Sprintf("SELECT MASTER_GTID_WAIT(%s, %d)", mysqlLiteral(gtid), timeout)
@@ -244,7 +256,17 @@ func (m *mysqlFamily) Promote(ctx context.Context) error {
 }
 
 func (m *mysqlFamily) Follow(ctx context.Context, primary Endpoint, repl Credentials) error {
-	return m.exec(ctx, m.d.follow(primary, repl))
+	row, err := m.replicaRow(ctx)
+	if err != nil {
+		return err
+	}
+	stmts := m.d.follow(primary, repl)
+	if len(row) == 0 {
+		// A former primary: it has never replicated, or not since it was
+		// promoted, so its replication position must start from its own data.
+		stmts = append(stmts[:1:1], append(m.d.attachFormerPrimary(), stmts[1:]...)...)
+	}
+	return m.exec(ctx, stmts)
 }
 
 func (m *mysqlFamily) WaitApplied(ctx context.Context) error {

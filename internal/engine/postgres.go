@@ -161,6 +161,12 @@ func (p *postgres) Promote(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("PostgreSQL %s: promotion did not finish within 60 s", p.ep)
 		}
+		// The new timeline reaches pg_control only at the next checkpoint;
+		// until then pg_rewind against this server sees the old timeline and
+		// wrongly finds no rewind required for the former primary.
+		if _, err := p.conn.Exec(ctx, `CHECKPOINT`); err != nil {
+			return fmt.Errorf("PostgreSQL %s: checkpoint after promotion: %w", p.ep, err)
+		}
 		if _, err := p.conn.Exec(ctx, `ALTER SYSTEM RESET primary_conninfo`); err != nil {
 			return fmt.Errorf("PostgreSQL %s: clearing primary_conninfo: %w", p.ep, err)
 		}

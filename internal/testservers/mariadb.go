@@ -3,10 +3,7 @@ package testservers
 import (
 	"context"
 	"database/sql"
-	dbv1 "example.com/database-operator/api/v1"
-	"example.com/database-operator/internal/engine"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,13 +11,21 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // MariaDB is a MariaDB server (Debian's, 10.11) on 127.0.0.1 with binary
-// logging and GTID strict mode, ready to be a primary or a replica.
+// logging and GTID strict mode, started by the chart's mysql-start.sh as a
+// pod's container would be: the script initializes a primary, clones a
+// replica (dump with its GTID position, then replication), or rebuilds an
+// instance on request, then execs the server.
 type MariaDB struct {
 	server
+	Pod      string
 	ServerID int
+	topo     *Topology
 }
 
 // MariaDB accounts in these test servers: root (all privileges, the
@@ -30,37 +35,44 @@ const (
 	MariaDBAppPassword  = "app-Password-1"
 )
 
-// StartMariaDB initializes and starts a server with the given server id.
-func StartMariaDB(t testing.TB, serverID int) *MariaDB {
+// StartMariaDBCluster starts instance 0 of a Database called name as the
+// primary (with the app account) and n-1 more as its replicas, each through
+// the start script, sharing one topology. Server ids are 1..n.
+func StartMariaDBCluster(t testing.TB, name string, n int) []*MariaDB {
 	t.Helper()
-	installer := lookPath(t, []string{"mariadb-install-db", "mysql_install_db"}, "mariadb-server")
-	m := &MariaDB{ServerID: serverID}
-	m.Dir = scratchDir(t, nil)
-	data := filepath.Join(m.Dir, "data")
-	args := []string{"--no-defaults", "--user=root", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
-	cmd := exec.Command(installer, args...)
-	if eat, err := exec.LookPath("eatmydata"); err == nil { // skips fsync: 0.5 s instead of 4
-		cmd = exec.Command(eat, append([]string{installer}, args...)...)
+	topo := NewTopology(t)
+	out := []*MariaDB{startMariaDBPrimary(t, topo, podName(name, 0))}
+	for i := 1; i < n; i++ {
+		out = append(out, StartMariaDB(t, topo, podName(name, i)))
 	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
-	}
-	m.Restart(t)
-	// Accounts over TCP (skip-name-resolve: 'localhost' matches only the
-	// socket), kept out of the binary log so that every server starts with
-	// an empty GTID position and replicas do not look diverged.
-	db, err := m.socketDB()
+	return out
+}
+
+// StartMariaDBPrimary starts a new primary ("maria-0") with its own topology.
+func StartMariaDBPrimary(t testing.TB) *MariaDB {
+	return startMariaDBPrimary(t, NewTopology(t), "maria-0")
+}
+
+// StartReplica starts the next instance of this server's topology: its
+// start script clones the primary and replicates from it.
+func (m *MariaDB) StartReplica(t testing.TB) *MariaDB {
+	return StartMariaDB(t, m.topo, podName(databaseName(m.Pod), len(m.topo.Ports())))
+}
+
+func startMariaDBPrimary(t testing.TB, topo *Topology, pod string) *MariaDB {
+	t.Helper()
+	m := StartMariaDB(t, topo, pod)
+	// The application's account, over TCP (skip-name-resolve: 'localhost'
+	// matches only the socket); the replicas' clones copy it.
+	db, err := m.DB(context.Background(), "root", MariaDBRootPassword)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	for _, stmt := range []string{
 		"SET sql_log_bin = 0",
-		fmt.Sprintf("CREATE OR REPLACE USER 'root'@'127.0.0.1' IDENTIFIED BY '%s'", MariaDBRootPassword),
-		"GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
 		fmt.Sprintf("CREATE OR REPLACE USER 'app'@'127.0.0.1' IDENTIFIED BY '%s'", MariaDBAppPassword),
 		"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP ON *.* TO 'app'@'127.0.0.1'",
-		"RESET MASTER",
 	} {
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -69,44 +81,55 @@ func StartMariaDB(t testing.TB, serverID int) *MariaDB {
 	return m
 }
 
-// Restart starts a stopped or killed server again on its port.
+// StartMariaDB starts the instance pod of topo on a new port and data
+// directory, and waits until it takes connections.
+func StartMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
+	t.Helper()
+	m := &MariaDB{Pod: pod, ServerID: len(topo.Ports()) + 1, topo: topo}
+	m.Dir = scratchDir(t, nil)
+	m.Port = freePort(t)
+	topo.register(pod, m.Port)
+	m.Restart(t)
+	return m
+}
+
+// Topology is the topology this server's start script reads.
+func (m *MariaDB) Topology() *Topology { return m.topo }
+
+// Data is the data directory.
+func (m *MariaDB) Data() string { return filepath.Join(m.Dir, "data") }
+
+// Restart starts a stopped or killed server again on its port, through the
+// start script, as a restarted pod would.
 func (m *MariaDB) Restart(t testing.TB) {
 	t.Helper()
-	if m.Port == 0 {
-		m.Port = freePort(t)
+	server := lookPath(t, []string{"mariadbd"}, "mariadb-server")
+	lookPath(t, []string{"mariadb-dump"}, "mariadb-client")
+	script := startScript(t, m.Dir, "mysql-start.sh")
+	env := append(m.topo.env(m.Pod), "ENGINE=mariadb", "DATADIR="+m.Data(),
+		"ROOT_PASSWORD="+MariaDBRootPassword, "MYSQLD_OPTS=--no-defaults --user=root")
+	name, args := "sh", []string{script}
+	if eat, err := exec.LookPath("eatmydata"); err == nil { // no fsync: 0.5 s to initialize instead of 4
+		name, args = eat, []string{"sh", script}
 	}
-	server := lookPath(t, []string{"mariadbd", "mysqld"}, "mariadb-server")
-	m.start(t, nil, server, "--no-defaults", "--user=root", "--datadir="+filepath.Join(m.Dir, "data"),
+	args = append(args, server, "--no-defaults", "--user=root", "--datadir="+m.Data(),
 		"--socket="+m.socket(), "--port="+strconv.Itoa(m.Port), "--bind-address=127.0.0.1",
 		"--pid-file="+filepath.Join(m.Dir, "mariadb.pid"), "--skip-name-resolve",
 		"--server-id="+strconv.Itoa(m.ServerID), "--log-bin=binlog", "--log-slave-updates=ON",
 		"--binlog-format=ROW", "--gtid-strict-mode=ON", "--innodb-buffer-pool-size=32M",
 		"--innodb-flush-log-at-trx-commit=0", "--sync-binlog=0", "--skip-log-error")
+	m.start(t, nil, env, name, args...)
 	t.Cleanup(m.Stop)
-	waitUntil(t, &m.server, "MariaDB", 60*time.Second, func() error {
-		db, err := m.socketDB()
+	waitUntil(t, &m.server, "MariaDB "+m.Pod, 60*time.Second, func() error {
+		db, err := m.DB(context.Background(), "root", MariaDBRootPassword)
 		if err != nil {
 			return err
 		}
-		defer db.Close()
-		return db.Ping()
+		return db.Close()
 	})
 }
 
 func (m *MariaDB) socket() string { return filepath.Join(m.Dir, "mariadb.sock") }
-
-func (m *MariaDB) socketDB() (*sql.DB, error) {
-	cfg := mysql.NewConfig()
-	cfg.Net, cfg.Addr, cfg.User = "unix", m.socket(), "root"
-	if _, err := os.Stat(m.socket()); err != nil {
-		return nil, err
-	}
-	c, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return sql.OpenDB(c), nil
-}
 
 // DB opens a TCP connection pool as user (root or app).
 func (m *MariaDB) DB(ctx context.Context, user, password string) (*sql.DB, error) {
@@ -125,9 +148,18 @@ func (m *MariaDB) DB(ctx context.Context, user, password string) (*sql.DB, error
 	return db, nil
 }
 
+// RootExec runs one statement as root.
+func (m *MariaDB) RootExec(ctx context.Context, stmt string) error {
+	return m.exec(ctx, "root", MariaDBRootPassword, stmt)
+}
+
 // AppExec runs one statement as the application account.
 func (m *MariaDB) AppExec(ctx context.Context, stmt string) error {
-	db, err := m.DB(ctx, "app", MariaDBAppPassword)
+	return m.exec(ctx, "app", MariaDBAppPassword, stmt)
+}
+
+func (m *MariaDB) exec(ctx context.Context, user, password, stmt string) error {
+	db, err := m.DB(ctx, user, password)
 	if err != nil {
 		return err
 	}

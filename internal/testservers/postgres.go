@@ -2,24 +2,31 @@ package testservers
 
 import (
 	"context"
-	dbv1 "example.com/database-operator/api/v1"
-	"example.com/database-operator/internal/engine"
 	"os"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
-// Postgres is a PostgreSQL server (Debian's, version 15) on 127.0.0.1.
+// Postgres is a PostgreSQL server (Debian's, version 15) on 127.0.0.1,
+// started by the chart's postgres-start.sh as a pod's container would be:
+// the script initializes a primary, clones a replica, or rewinds a former
+// primary, then execs postgres.
 type Postgres struct {
 	server
+	Pod      string
 	Password string
 	bin      string
 	user     *user.User
+	topo     *Topology
 }
 
 // PostgresPassword is the superuser's password in these test servers.
@@ -46,53 +53,71 @@ func pgUser(t testing.TB) *user.User {
 	return u
 }
 
-// StartPostgresPrimary initializes and starts a primary ready for streaming
-// replication, with password (SCRAM) authentication everywhere.
-func StartPostgresPrimary(t testing.TB) *Postgres {
+// StartPostgresCluster starts instance 0 of a Database called name as the
+// primary and n-1 more as its streaming replicas, each through the start
+// script, sharing one topology.
+func StartPostgresCluster(t testing.TB, name string, n int) []*Postgres {
 	t.Helper()
-	p := &Postgres{bin: pgBin(t), user: pgUser(t), Password: PostgresPassword}
-	p.Dir = scratchDir(t, p.user)
-	data := filepath.Join(p.Dir, "data")
-	pwfile := filepath.Join(p.Dir, "pwfile")
-	if err := os.WriteFile(pwfile, []byte(p.Password+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	topo := NewTopology(t)
+	out := make([]*Postgres, n)
+	for i := range out {
+		out[i] = StartPostgres(t, topo, podName(name, i))
 	}
-	run(t, p.user, p.Dir, nil, filepath.Join(p.bin, "initdb"), "-D", data, "-U", "postgres",
-		"--auth=scram-sha-256", "--pwfile="+pwfile, "--no-sync", "-E", "UTF8", "--locale=C")
+	return out
+}
+
+// StartPostgresPrimary starts a new primary ("pg-0") with its own topology.
+func StartPostgresPrimary(t testing.TB) *Postgres {
+	return StartPostgres(t, NewTopology(t), "pg-0")
+}
+
+// StartReplica starts the next instance of this server's topology: its
+// start script clones the primary and streams from it.
+func (p *Postgres) StartReplica(t testing.TB) *Postgres {
+	return StartPostgres(t, p.topo, podName(databaseName(p.Pod), len(p.topo.Ports())))
+}
+
+// StartPostgres starts the instance pod of topo on a new port and data
+// directory, and waits until it takes connections.
+func StartPostgres(t testing.TB, topo *Topology, pod string) *Postgres {
+	t.Helper()
+	p := &Postgres{Pod: pod, bin: pgBin(t), user: pgUser(t), Password: PostgresPassword, topo: topo}
+	p.Dir = scratchDir(t, p.user)
+	p.Port = freePort(t)
+	topo.register(pod, p.Port)
 	p.startServer(t)
 	return p
 }
 
-// StartReplica clones this server with pg_basebackup and starts the clone
-// as a streaming standby of it.
-func (p *Postgres) StartReplica(t testing.TB) *Postgres {
-	t.Helper()
-	r := &Postgres{bin: p.bin, user: p.user, Password: p.Password}
-	r.Dir = scratchDir(t, r.user)
-	run(t, r.user, r.Dir, []string{"PGPASSWORD=" + p.Password}, filepath.Join(r.bin, "pg_basebackup"),
-		"-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres",
-		"-D", filepath.Join(r.Dir, "data"), "-R", "-X", "stream", "-c", "fast", "--no-sync")
-	r.startServer(t)
-	return r
-}
+// Stop shuts the server down fast (SIGINT: sessions are ended, not awaited).
+func (p *Postgres) Stop() { p.stop(syscall.SIGINT) }
 
-// Restart starts a stopped or killed server again on its port.
+// Topology is the topology this server's start script reads.
+func (p *Postgres) Topology() *Topology { return p.topo }
+
+// Data is the data directory (PGDATA).
+func (p *Postgres) Data() string { return filepath.Join(p.Dir, "data") }
+
+// Restart starts a stopped or killed server again on its port, through the
+// start script, as a restarted pod would.
 func (p *Postgres) Restart(t testing.TB) { p.startServer(t) }
 
 func (p *Postgres) startServer(t testing.TB) {
 	t.Helper()
-	if p.Port == 0 {
-		p.Port = freePort(t)
-	}
+	script := startScript(t, p.Dir, "postgres-start.sh")
+	env := append(p.topo.env(p.Pod),
+		"PATH="+p.bin+":"+os.Getenv("PATH"), "PGDATA="+p.Data(),
+		"POSTGRES_USER=postgres", "POSTGRES_PASSWORD="+p.Password,
+		"INITDB_EXTRA_ARGS=--no-sync", "BASEBACKUP_EXTRA_ARGS=--no-sync")
 	// The port goes on the command line, never into postgresql.conf:
 	// pg_basebackup copies the configuration, and a clone would take it.
-	p.start(t, p.user, filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-p", strconv.Itoa(p.Port),
+	p.start(t, p.user, env, "sh", script, "-p", strconv.Itoa(p.Port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.Dir,
 		"-c", "wal_level=replica", "-c", "max_wal_senders=10", "-c", "wal_log_hints=on",
 		"-c", "wal_keep_size=256MB", "-c", "fsync=off", "-c", "shared_buffers=32MB",
 		"-c", "hot_standby=on", "-c", "wal_receiver_status_interval=1s")
 	t.Cleanup(p.Stop)
-	waitUntil(t, &p.server, "PostgreSQL", 30*time.Second, func() error {
+	waitUntil(t, &p.server, "PostgreSQL "+p.Pod, 60*time.Second, func() error {
 		c, err := p.Connect(context.Background())
 		if err == nil {
 			c.Close(context.Background())

@@ -89,8 +89,9 @@ func run(t testing.TB, u *user.User, home string, env []string, name string, arg
 	}
 }
 
-// start runs the server process, logging to dir/server.log.
-func (s *server) start(t testing.TB, u *user.User, name string, args ...string) {
+// start runs the server process (with env added to the test's own),
+// logging to dir/server.log.
+func (s *server) start(t testing.TB, u *user.User, env []string, name string, args ...string) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,6 +101,7 @@ func (s *server) start(t testing.TB, u *user.User, name string, args ...string) 
 	}
 	cmd := exec.Command(name, args...)
 	asUser(cmd, u, s.Dir)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,14 +22,11 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestMariaDBFailoverPrimitives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary, r1, r2 := testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)
+	// The replicas' start scripts clone the primary and start GTID replication.
+	primary := testservers.StartMariaDBPrimary(t)
+	r1, r2 := primary.StartReplica(t), primary.StartReplica(t)
 	p, i1, i2 := primary.Instance(t), r1.Instance(t), r2.Instance(t)
 	root := engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}
-	for _, r := range []engine.Instance{i1, i2} {
-		if err := r.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: primary.Port}, root); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := primary.AppExec(ctx, "CREATE DATABASE shop"); err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +101,56 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	s1, _ = i1.Status(ctx)
 	if _, err := i1.Compare(ost.Applied, s1.Applied); !errors.Is(err, engine.ErrDiverged) {
 		t.Errorf("old primary %s vs new primary %s: %v, want diverged", ost.Applied, s1.Applied, err)
+	}
+
+	// The operator asks for a rebuild: the start script sets the diverged
+	// data aside and clones the new primary.
+	primary.Stop()
+	primary.Topology().Write(t, map[string]string{"primary": r1.Pod, "rebuild-" + primary.Pod: "20261203T000000Z"})
+	primary.Restart(t)
+	if aside, _ := filepath.Glob(primary.Data() + ".rebuild-*"); len(aside) != 1 {
+		t.Errorf("data set aside: %v, want one directory", aside)
+	}
+	rebuilt := primary.Instance(t)
+	waitCaughtUp(t, ctx, i1, rebuilt, "the rebuilt former primary")
+	if n := primary.Count(t, "shop.orders"); n != 102 {
+		t.Errorf("rebuilt former primary has %d rows, want the new primary's 102 (without the errant one)", n)
+	}
+	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on a rebuilt replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Errorf("application write on the rebuilt replica: %v", err)
+	}
+}
+
+// TestMariaDBFormerPrimaryFollows: a former primary that took no write
+// after losing its role is re-attached by Follow (its replication position
+// starts from its own binary log) and replicates what it missed.
+func TestMariaDBFormerPrimaryFollows(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary := testservers.StartMariaDBPrimary(t)
+	r1 := primary.StartReplica(t)
+	p, i1 := primary.Instance(t), r1.Instance(t)
+	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)",
+		"INSERT INTO shop.orders (note) VALUES ('one')"} {
+		if err := primary.AppExec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCaughtUp(t, ctx, p, i1, "r1")
+	if err := p.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := i1.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('two')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, ctx, i1, p, "the former primary")
+	if n := primary.Count(t, "shop.orders"); n != 2 {
+		t.Errorf("former primary has %d rows, want 2", n)
 	}
 }

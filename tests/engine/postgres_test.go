@@ -5,6 +5,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,83 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 	// A primary cannot follow without a restart as a standby.
 	if err := i1.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r2.Port}, engine.Credentials{}); !errors.Is(err, engine.ErrNotInRecovery) {
 		t.Errorf("Follow on a primary: %v, want ErrNotInRecovery", err)
+	}
+}
+
+// TestPostgresStartScript runs the chart's postgres-start.sh through a
+// Database's life: it initializes the primary and clones the replicas
+// (every server in these tests starts through it); a former primary that
+// took a write after losing its role is rewound (pg_rewind) onto the new
+// primary's timeline and comes back as its standby without that write; a
+// rebuild request sets the data aside and clones again.
+func TestPostgresStartScript(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	servers := testservers.StartPostgresCluster(t, "orders", 3)
+	old, r1, r2 := servers[0], servers[1], servers[2]
+	if err := old.Exec(ctx, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('acknowledged')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, i1, i2 := old.Instance(t), r1.Instance(t), r2.Instance(t)
+	waitCaughtUp(t, ctx, p, i1, "r1 (cloned by the script)")
+	waitCaughtUp(t, ctx, p, i2, "r2 (cloned by the script)")
+
+	// Failover to r1; r2 follows. The old primary comes back with the old
+	// topology (a partitioned node) and takes a write nobody else has.
+	old.Kill()
+	if err := i1.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, engine.Credentials{User: "postgres", Password: r1.Password}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Exec(ctx, "INSERT INTO orders (note) VALUES ('on the new primary')"); err != nil {
+		t.Fatal(err)
+	}
+	old.Restart(t)
+	if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('errant')"); err != nil {
+		t.Fatalf("the old primary, restarted with the old topology, should run as a primary: %v", err)
+	}
+	old.Kill()
+
+	// The operator's topology names r1: the start script rewinds.
+	old.Topology().SetPrimary(t, r1.Pod)
+	old.Restart(t)
+	if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") {
+		t.Errorf("the start script did not rewind:\n%s", old.Log())
+	}
+	rejoined := old.Instance(t)
+	waitCaughtUp(t, ctx, i1, rejoined, "the rewound former primary")
+	st, _ := rejoined.Status(ctx)
+	if st.Applied.Timeline != 2 || !strings.HasSuffix(st.Source, ":"+itoa(r1.Port)) {
+		t.Errorf("rewound former primary %+v: want a standby on timeline 2 streaming from port %d", st, r1.Port)
+	}
+	if n, want := old.Count(t, "orders WHERE note = 'errant'"), 0; n != want {
+		t.Errorf("the errant write survived the rewind (%d rows)", n)
+	}
+	if a, b := old.Count(t, "orders"), r1.Count(t, "orders"); a != 21 || b != 21 {
+		t.Errorf("rows: rewound %d, primary %d; want 21 each", a, b)
+	}
+
+	// A rebuild request: the data goes aside, a fresh clone streams.
+	r2.Stop()
+	old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rebuild-" + r2.Pod: "20261203T000000Z"})
+	r2.Restart(t)
+	aside, _ := filepath.Glob(r2.Data() + ".rebuild-*")
+	if len(aside) != 1 {
+		t.Errorf("data set aside: %v, want one directory", aside)
+	}
+	waitCaughtUp(t, ctx, i1, r2.Instance(t), "the rebuilt replica")
+	// The request is carried out once: a plain restart keeps the data.
+	r2.Stop()
+	r2.Restart(t)
+	if again, _ := filepath.Glob(r2.Data() + ".rebuild-*"); len(again) != 1 {
+		t.Errorf("a second restart rebuilt again: %v", again)
 	}
 }
 

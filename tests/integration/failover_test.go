@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
-	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/testservers"
 )
 
@@ -171,26 +170,20 @@ func TestMariaDBFailover(t *testing.T) {
 	})
 }
 
-// mariaDBWithServers starts three real MariaDB servers replicating from the
-// first (as the chart's bootstrap would set them up), maps pods <name>-0..2
-// to them, and creates a Running three-instance Database over them with a
-// one-second failover delay and a shop.orders table.
+// mariaDBWithServers starts three real MariaDB servers through the chart's
+// start script (instance 0 initializes as primary, the others clone it and
+// replicate), maps pods <name>-0..2 to them, and creates a Running
+// three-instance Database over them with a one-second failover delay and a
+// shop.orders table.
 func mariaDBWithServers(t testing.TB, name string) (string, *dbv1.Database, []*testservers.MariaDB) {
 	t.Helper()
 	ctx := context.Background()
 	ns := newNamespace(t)
-	servers := []*testservers.MariaDB{testservers.StartMariaDB(t, 1), testservers.StartMariaDB(t, 2), testservers.StartMariaDB(t, 3)}
-	for i, s := range servers {
-		testEnv.servers.set(ns, fmt.Sprintf("%s-%d", name, i), s.Port)
+	servers := testservers.StartMariaDBCluster(t, name, 3)
+	for _, s := range servers {
+		testEnv.servers.set(ns, s.Pod, s.Port)
 	}
 	createCredentials(t, ns, name, "root", testservers.MariaDBRootPassword)
-	for _, r := range servers[1:] {
-		inst := r.Instance(t)
-		if err := inst.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: servers[0].Port},
-			engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	db := database(ns, name, dbv1.EngineMariaDB, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
 	if err := testEnv.client.Create(ctx, db); err != nil {
 		t.Fatal(err)
@@ -205,29 +198,28 @@ func mariaDBWithServers(t testing.TB, name string) (string, *dbv1.Database, []*t
 }
 
 // postgresDatabase starts a real PostgreSQL primary with two streaming
-// replicas, maps pods <name>-0..2 to them, and creates a Running
-// three-instance Database over them (failover delay one second) with an
-// orders table.
+// replicas through the chart's start script, maps pods <name>-0..2 to
+// them, and creates a Running three-instance Database over them (failover
+// delay one second) with an orders table.
 func postgresDatabase(t testing.TB, name string) (string, *dbv1.Database, *testservers.Postgres, []*testservers.Postgres) {
 	t.Helper()
 	ctx := context.Background()
 	ns := newNamespace(t)
-	primary := testservers.StartPostgresPrimary(t)
-	replicas := []*testservers.Postgres{primary.StartReplica(t), primary.StartReplica(t)}
-	for i, s := range append([]*testservers.Postgres{primary}, replicas...) {
-		testEnv.servers.set(ns, fmt.Sprintf("%s-%d", name, i), s.Port)
+	servers := testservers.StartPostgresCluster(t, name, 3)
+	for _, s := range servers {
+		testEnv.servers.set(ns, s.Pod, s.Port)
 	}
 	// The credentials the servers use, as the Secret the operator adopts.
-	createCredentials(t, ns, name, "postgres", primary.Password)
+	createCredentials(t, ns, name, "postgres", servers[0].Password)
 	db := database(ns, name, dbv1.EnginePostgreSQL, 3, func(db *dbv1.Database) { db.Spec.Failover.DelaySeconds = ptr.To[int32](1) })
 	if err := testEnv.client.Create(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	waitRunning(t, db, 3)
-	if err := pgExec(t, primary, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
+	if err := pgExec(t, servers[0], "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
 		t.Fatal(err)
 	}
-	return ns, db, primary, replicas
+	return ns, db, servers[0], servers[1:]
 }
 
 // createCredentials creates the credentials Secret the test servers use,

@@ -53,3 +53,9 @@ app.kubernetes.io/part-of: database-operator
 
 {{/* The uid and gid the official images run their server as. */}}
 {{- define "database.uid" -}}999{{- end -}}
+
+{{/* Where the start scripts are mounted. */}}
+{{- define "database.scriptsPath" -}}/opt/database-operator/scripts{{- end -}}
+
+{{/* Where the operator's topology ConfigMap is mounted. */}}
+{{- define "database.topologyPath" -}}/etc/database-operator/topology{{- end -}}

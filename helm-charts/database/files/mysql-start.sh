@@ -1,0 +1,171 @@
+#!/bin/sh
+# Starts one MariaDB or MySQL instance of a Database. It runs as the
+# container's entrypoint on every start and decides from the data directory
+# and the operator's topology (which instance is primary) what must happen
+# first:
+#
+#   primary, no data          initialize, set the superuser's password
+#   replica, no data          clone the primary (a consistent dump with its
+#                             GTID position) and replicate from there
+#   rebuild asked for         set the data aside (never deleted) and clone:
+#                             the operator asks when a former primary holds
+#                             transactions the new primary lacks
+#
+# Every instance but the primary starts read-only, so a former primary that
+# comes back never takes an application's write; the operator re-points it
+# (or asks for a rebuild when it diverged). Then the container's arguments
+# are exec'd (the server, or the image's entrypoint with the server).
+#
+# Environment: ENGINE (mariadb or mysql), POD_NAME, DATADIR, ROOT_PASSWORD,
+# PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (key
+# "primary", keys "rebuild-<pod>" with a token), PRIMARY_HOST/PRIMARY_PORT
+# (override the primary's address; tests use them), MYSQLD_OPTS (options
+# put first on every server and initializer command line).
+set -eu
+
+: "${ENGINE:?}" "${POD_NAME:?}" "${DATADIR:?}" "${ROOT_PASSWORD:?}"
+topology="${TOPOLOGY_DIR:-/etc/database-operator/topology}"
+volume="$(dirname "$DATADIR")"
+
+log() { echo "mysql-start: $*" >&2; }
+
+primary="$(cat "$topology/primary" 2>/dev/null || true)"
+[ -n "$primary" ] || primary="${POD_NAME%-*}-0"
+host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"
+port="${PRIMARY_PORT:-3306}"
+
+if [ "$ENGINE" = mariadb ]; then
+	server=mariadbd client=mariadb dump=mariadb-dump admin=mariadb-admin
+else
+	server=mysqld client=mysql dump=mysqldump admin=mysqladmin
+fi
+# Clients read the password from the environment, never a command line.
+export MYSQL_PWD="$ROOT_PASSWORD"
+
+has_data() { [ -d "$DATADIR/mysql" ]; }
+
+set_aside() {
+	aside="$DATADIR.$1-$(date -u +%Y%m%dT%H%M%SZ)"
+	mv "$DATADIR" "$aside"
+	log "moved the data directory aside to $aside"
+}
+
+# Replication state written by the temporary server must be found by the
+# real one: fixed relay log names on both, whatever the host is called.
+relay_opts="--relay-log=relay-bin --relay-log-index=relay-bin.index"
+
+sock="$(mktemp -d)/init.sock"
+temp_pid=""
+
+# initialize makes an empty data directory under a temporary name and
+# starts a server on it that listens on a private socket only.
+initialize() {
+	rm -rf "$DATADIR.init"
+	# shellcheck disable=SC2086 # options are words
+	if [ "$ENGINE" = mariadb ]; then
+		mariadb-install-db ${MYSQLD_OPTS:-} --datadir="$DATADIR.init" \
+			--auth-root-authentication-method=normal --skip-test-db >&2
+	else
+		mysqld ${MYSQLD_OPTS:-} --datadir="$DATADIR.init" --initialize-insecure >&2
+	fi
+	# shellcheck disable=SC2086
+	$server ${MYSQLD_OPTS:-} --datadir="$DATADIR.init" --socket="$sock" \
+		--skip-networking --skip-slave-start --pid-file="$sock.pid" $relay_opts >&2 &
+	temp_pid=$!
+	i=0
+	until MYSQL_PWD="" $admin --socket="$sock" -uroot ping >/dev/null 2>&1 ||
+		MYSQL_PWD="$ROOT_PASSWORD" $admin --socket="$sock" -uroot ping >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ "$i" -lt 600 ] || { log "temporary server did not start"; exit 1; }
+		kill -0 "$temp_pid" 2>/dev/null || { log "temporary server exited"; exit 1; }
+		sleep 0.1
+	done
+}
+
+sql() { $client --socket="$sock" -uroot "$@"; }
+
+finish() {
+	$admin --socket="$sock" -uroot shutdown
+	wait "$temp_pid" || true
+	mv "$DATADIR.init" "$DATADIR"
+}
+
+quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/\\\\/\\\\\\\\/g; s/'/''/g")"; }
+
+init_primary() {
+	log "initializing a new primary"
+	initialize
+	pw="$(quote "$ROOT_PASSWORD")"
+	# Kept out of the binary log: every instance starts from an empty GTID
+	# position, so no replica looks diverged from its first primary.
+	cleanup=""
+	# mariadb-install-db also makes password-less root accounts for the
+	# loopback addresses and the host name: they would shadow root@'%'.
+	[ "$ENGINE" != mariadb ] || cleanup="DROP USER IF EXISTS 'root'@'127.0.0.1', 'root'@'::1';
+		EXECUTE IMMEDIATE CONCAT('DROP USER IF EXISTS root@', QUOTE(@@hostname));"
+	MYSQL_PWD="" sql <<-SQL
+		SET SESSION sql_log_bin = 0;
+		$cleanup
+		ALTER USER 'root'@'localhost' IDENTIFIED BY $pw;
+		CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $pw;
+		GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;
+		FLUSH PRIVILEGES;
+	SQL
+	finish
+}
+
+clone() {
+	log "cloning $primary ($host:$port)"
+	initialize
+	pw="$(quote "$ROOT_PASSWORD")"
+	h="$(quote "$host")"
+	if [ "$ENGINE" = mariadb ]; then
+		# --gtid with --master-data sets gtid_slave_pos to the snapshot's
+		# position; the accounts come along with the mysql schema.
+		{
+			echo "SET SESSION sql_log_bin = 0;"
+			$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
+				--gtid --master-data=1 --routines --triggers --events \
+				--ignore-table=mysql.gtid_slave_pos
+			echo "FLUSH PRIVILEGES;"
+		} | MYSQL_PWD="" sql
+		sql <<-SQL
+			CHANGE MASTER TO MASTER_HOST = $h, MASTER_PORT = $port, MASTER_USER = 'root',
+			  MASTER_PASSWORD = $pw, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1;
+		SQL
+	else
+		# The dump sets gtid_purged to the snapshot's GTID set; auto-position
+		# streams the rest.
+		MYSQL_PWD="" sql -e "RESET BINARY LOGS AND GTIDS"
+		$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
+			--set-gtid-purged=ON --routines --triggers --events | MYSQL_PWD="" sql
+		sql <<-SQL
+			FLUSH PRIVILEGES;
+			CHANGE REPLICATION SOURCE TO SOURCE_HOST = $h, SOURCE_PORT = $port, SOURCE_USER = 'root',
+			  SOURCE_PASSWORD = $pw, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1;
+		SQL
+	fi
+	finish
+}
+
+readonly_opt=""
+if [ "$POD_NAME" = "$primary" ]; then
+	has_data || init_primary
+else
+	readonly_opt="--read-only=ON"
+	[ "$ENGINE" = mariadb ] || readonly_opt="--super-read-only=ON"
+	token="$(cat "$topology/rebuild-$POD_NAME" 2>/dev/null || true)"
+	if [ -n "$token" ] && [ "$token" != "$(cat "$volume/rebuilt" 2>/dev/null || true)" ]; then
+		log "rebuild $token asked for by the operator"
+		! has_data || set_aside rebuild
+		clone
+		printf '%s\n' "$token" >"$volume/rebuilt"
+	elif ! has_data; then
+		clone
+	fi
+fi
+rm -rf "$(dirname "$sock")"
+
+unset MYSQL_PWD
+# shellcheck disable=SC2086
+exec "$@" $relay_opts $readonly_opt

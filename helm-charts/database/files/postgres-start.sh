@@ -1,0 +1,105 @@
+#!/bin/sh
+# Starts one PostgreSQL instance of a Database. It runs as the container's
+# entrypoint on every start and decides from the data directory and the
+# operator's topology (which instance is primary) what must happen first:
+#
+#   primary, no data          initdb with the superuser from the Secret
+#   replica, no data          clone the primary (pg_basebackup) as a standby
+#   replica, data, no standby.signal
+#                             a former primary coming back: pg_rewind onto
+#                             the new primary's timeline, restart as standby
+#   rebuild asked for         set the data aside (never deleted) and clone
+#
+# Then it execs postgres with the container's arguments. A clone or rewind
+# that cannot reach the primary fails the start; the kubelet retries.
+#
+# Environment: POD_NAME, PGDATA, POSTGRES_USER, POSTGRES_PASSWORD,
+# PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (the operator's
+# topology ConfigMap: key "primary", keys "rebuild-<pod>" with a token),
+# PRIMARY_HOST/PRIMARY_PORT (override the primary's address; tests use
+# them), INITDB_EXTRA_ARGS, BASEBACKUP_EXTRA_ARGS.
+set -eu
+
+: "${POD_NAME:?}" "${PGDATA:?}" "${POSTGRES_USER:?}" "${POSTGRES_PASSWORD:?}"
+topology="${TOPOLOGY_DIR:-/etc/database-operator/topology}"
+volume="$(dirname "$PGDATA")"
+
+log() { echo "postgres-start: $*" >&2; }
+
+primary="$(cat "$topology/primary" 2>/dev/null || true)"
+# Before the operator writes its topology, instance 0 is the first primary.
+[ -n "$primary" ] || primary="${POD_NAME%-*}-0"
+host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"
+port="${PRIMARY_PORT:-5432}"
+
+# The clients (initdb, pg_basebackup, pg_rewind) read the password from the
+# environment; it never reaches a command line.
+export PGPASSWORD="$POSTGRES_PASSWORD"
+
+has_data() { [ -s "$PGDATA/PG_VERSION" ]; }
+
+# set_aside keeps a data directory that may hold writes nobody else has.
+set_aside() {
+	aside="$PGDATA.$1-$(date -u +%Y%m%dT%H%M%SZ)"
+	mv "$PGDATA" "$aside"
+	log "moved the data directory aside to $aside"
+}
+
+init_primary() {
+	log "initializing a new primary"
+	pwfile="$(mktemp)"
+	printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
+	rm -rf "$PGDATA.init"
+	# shellcheck disable=SC2086 # extra args are words
+	initdb -D "$PGDATA.init" -U "$POSTGRES_USER" --pwfile="$pwfile" \
+		--auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C ${INITDB_EXTRA_ARGS:-} >&2
+	rm -f "$pwfile"
+	mv "$PGDATA.init" "$PGDATA"
+}
+
+clone() {
+	log "cloning $primary ($host:$port)"
+	rm -rf "$PGDATA.clone"
+	# -R writes standby.signal and primary_conninfo; -X stream copies the WAL
+	# the backup needs. The clone lands under a temporary name first, so a
+	# failed copy is never mistaken for data.
+	# shellcheck disable=SC2086
+	pg_basebackup -h "$host" -p "$port" -U "$POSTGRES_USER" -D "$PGDATA.clone" \
+		-R -X stream -c fast ${BASEBACKUP_EXTRA_ARGS:-} >&2
+	mv "$PGDATA.clone" "$PGDATA"
+	chmod 0700 "$PGDATA"
+}
+
+rewind() {
+	log "former primary: rewinding onto $primary ($host:$port)"
+	# pg_rewind reads the source's timeline from its control file, which a
+	# just-promoted primary updates at its first checkpoint: ask for it.
+	psql -h "$host" -p "$port" -U "$POSTGRES_USER" -d postgres -qc CHECKPOINT >&2 || true
+	# pg_rewind runs crash recovery first when the server died, copies what
+	# changed since the timelines forked, and (-R) makes it a standby.
+	if pg_rewind -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R >&2; then
+		return
+	fi
+	log "pg_rewind failed: cloning instead"
+	set_aside rewind-failed
+	clone
+}
+
+if [ "$POD_NAME" = "$primary" ]; then
+	has_data || init_primary
+else
+	token="$(cat "$topology/rebuild-$POD_NAME" 2>/dev/null || true)"
+	if [ -n "$token" ] && [ "$token" != "$(cat "$volume/rebuilt" 2>/dev/null || true)" ]; then
+		log "rebuild $token asked for by the operator"
+		! has_data || set_aside rebuild
+		clone
+		printf '%s\n' "$token" >"$volume/rebuilt"
+	elif ! has_data; then
+		clone
+	elif [ ! -f "$PGDATA/standby.signal" ]; then
+		rewind
+	fi
+fi
+
+unset PGPASSWORD
+exec postgres -D "$PGDATA" "$@"
