@@ -31,6 +31,7 @@ func BenchmarkFailover(b *testing.B) {
 				b.StartTimer()
 			}
 			slices.Sort(times)
+			b.Logf("%s failover to first write, sorted: %v", engine, times)
 			pct := func(p float64) float64 {
 				return float64(times[min(len(times)-1, int(p*float64(len(times))))].Milliseconds())
 			}

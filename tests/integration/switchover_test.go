@@ -73,6 +73,7 @@ func switchoverUnderWrites(t *testing.T, db *dbv1.Database, target string, write
 	var mu sync.Mutex
 	var acked []string
 	afterSwitch := 0
+	var asked, firstOnTarget time.Time
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -92,6 +93,9 @@ func switchoverUnderWrites(t *testing.T, db *dbv1.Database, target string, write
 				mu.Lock()
 				acked = append(acked, note)
 				if got.Status.CurrentPrimary == target {
+					if afterSwitch == 0 {
+						firstOnTarget = time.Now()
+					}
 					afterSwitch++
 				}
 				mu.Unlock()
@@ -101,6 +105,9 @@ func switchoverUnderWrites(t *testing.T, db *dbv1.Database, target string, write
 	}()
 
 	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	asked = time.Now()
+	mu.Unlock()
 	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Primary = target })
 	eventually(t, 60*time.Second, target+" primary, with writes acknowledged there", func() string {
 		got := &dbv1.Database{}
@@ -129,7 +136,8 @@ func switchoverUnderWrites(t *testing.T, db *dbv1.Database, target string, write
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged writes are missing on the new primary", lost, len(acked))
 	}
-	t.Logf("%d writes acknowledged, %d of them on %s, none lost", len(acked), afterSwitch, target)
+	t.Logf("%d writes acknowledged, %d of them on %s, none lost; %s from the spec change to the first write on %s",
+		len(acked), afterSwitch, target, firstOnTarget.Sub(asked).Round(time.Millisecond), target)
 }
 
 func mariaNotes(t testing.TB, m *testservers.MariaDB) map[string]bool {
