@@ -36,6 +36,8 @@ type DatabaseReconciler struct {
 	Values    ValueOptions
 	// Instances reaches database instances for failover; nil disables it.
 	Instances *InstanceConnector
+	// Positions holds the primaries' last seen positions (spec.failover.maxLag).
+	Positions *PrimaryPositions
 	// Now is the clock (tests move it); nil means time.Now.
 	Now func() time.Time
 }

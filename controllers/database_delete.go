@@ -24,6 +24,7 @@ func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) er
 	if !controllerutil.ContainsFinalizer(db, Finalizer) {
 		return nil
 	}
+	r.Positions.forget(db.UID)
 	policy := db.Spec.DeletionPolicy
 	if policy == "" {
 		policy = dbv1.DeletionPolicyRetain

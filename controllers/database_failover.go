@@ -103,7 +103,11 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		}
 	}
 	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
-		return nil // healthy: obs.primaryUnhealthySince stays nil, clearing any record
+		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
+		if db.Spec.Failover.MaxLag != nil {
+			r.samplePrimary(ctx, db, primaryPod, obs)
+		}
+		return nil
 	}
 	creds, err := r.Instances.credentials(ctx, db)
 	if err != nil {
@@ -180,8 +184,21 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 			return nil
 		}
 	}
-	best, why, err := chooseCandidate(cands)
+	var bound *lagBound
+	if db.Spec.Failover.MaxLag != nil {
+		last, ok := r.Positions.get(db.UID)
+		if !ok {
+			r.event(db, corev1.EventTypeWarning, "LagBoundUnchecked", "Failover",
+				"spec.failover.maxLag cannot be checked: the operator has seen no position of primary %s since it started", primary)
+		} else {
+			bound = &lagBound{primary: last, max: *db.Spec.Failover.MaxLag}
+		}
+	}
+	best, why, err := chooseCandidate(cands, bound)
 	if err != nil {
+		if bound != nil {
+			obs.requeue = primarySampleInterval
+		}
 		return fmt.Errorf("primary %s failed and %w (unreachable: %v)", primary, err, unreachable)
 	}
 
@@ -229,14 +246,30 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	return nil
 }
 
+// lagBound is spec.failover.maxLag against the primary's last seen position.
+type lagBound struct {
+	primary engine.Position
+	max     int64
+}
+
 // chooseCandidate picks the replica with the furthest replication position
 // and says why, naming the replicas it passed over and their positions.
-func chooseCandidate(cands []candidate) (candidate, string, error) {
+// With a bound, a replica lagging the primary's last seen position by more
+// is never chosen.
+func chooseCandidate(cands []candidate, bound *lagBound) (candidate, string, error) {
 	var best *candidate
+	var beyond []string
 	for i := range cands {
 		c := &cands[i]
 		if c.status.Role != engine.RoleReplica {
 			continue
+		}
+		if bound != nil {
+			lag, err := c.inst.Lag(c.status.Received, bound.primary)
+			if err != nil || lag > bound.max {
+				beyond = append(beyond, fmt.Sprintf("%s lags %d (%v)", c.pod.Name, lag, err))
+				continue
+			}
 		}
 		if best == nil {
 			best = c
@@ -256,6 +289,10 @@ func chooseCandidate(cands []candidate) (candidate, string, error) {
 		}
 	}
 	if best == nil {
+		if len(beyond) > 0 {
+			return candidate{}, "", fmt.Errorf("every reachable replica lags the primary's last seen position %s beyond spec.failover.maxLag %d: %s",
+				bound.primary, bound.max, strings.Join(beyond, ", "))
+		}
 		return candidate{}, "", errors.New("no reachable replica can be promoted")
 	}
 	var others []string
@@ -267,6 +304,9 @@ func chooseCandidate(cands []candidate) (candidate, string, error) {
 	why := fmt.Sprintf("%s has the furthest position %s", best.pod.Name, best.status.Received)
 	if len(others) > 0 {
 		why += "; passed over " + strings.Join(others, ", ")
+	}
+	if len(beyond) > 0 {
+		why += fmt.Sprintf("; beyond maxLag %d of %s: %s", bound.max, bound.primary, strings.Join(beyond, ", "))
 	}
 	return *best, why, nil
 }

@@ -27,6 +27,13 @@ func (fakeInstance) Compare(a, b engine.Position) (int, error) {
 	return 0, nil
 }
 
+func (fakeInstance) Lag(replica, primary engine.Position) (int64, error) {
+	if primary.LSN <= replica.LSN {
+		return 0, nil
+	}
+	return int64(primary.LSN - replica.LSN), nil
+}
+
 func cand(name string, role engine.Role, applied, received engine.LSN) candidate {
 	return candidate{
 		pod:    &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}},
@@ -48,7 +55,7 @@ func TestChooseCandidate(t *testing.T) {
 		{"a primary is never a candidate", []candidate{cand("db-1", engine.RolePrimary, 900, 900), cand("db-2", engine.RoleReplica, 10, 10)}, "db-2"},
 	}
 	for _, tt := range tests {
-		got, why, err := chooseCandidate(tt.cands)
+		got, why, err := chooseCandidate(tt.cands, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
@@ -59,10 +66,31 @@ func TestChooseCandidate(t *testing.T) {
 			t.Errorf("%s: explanation %q does not name the choice", tt.name, why)
 		}
 	}
-	if _, _, err := chooseCandidate(nil); err == nil {
+	if _, _, err := chooseCandidate(nil, nil); err == nil {
 		t.Error("no candidates: no error")
 	}
-	if _, _, err := chooseCandidate([]candidate{cand("db-1", engine.RolePrimary, 1, 1)}); err == nil {
+	if _, _, err := chooseCandidate([]candidate{cand("db-1", engine.RolePrimary, 1, 1)}, nil); err == nil {
 		t.Error("only a primary: no error")
+	}
+}
+
+func TestChooseCandidateLagBound(t *testing.T) {
+	bound := &lagBound{primary: engine.Position{LSN: 1000}, max: 100}
+	// db-2 is within the bound; db-1, beyond it, is passed over and named.
+	got, why, err := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 850, 850), cand("db-2", engine.RoleReplica, 950, 950)}, bound)
+	if err != nil || got.pod.Name != "db-2" {
+		t.Fatalf("chose %v (%v), want db-2", got.pod, err)
+	}
+	if !strings.Contains(why, "beyond maxLag 100") || !strings.Contains(why, "db-1 lags 150") {
+		t.Errorf("explanation %q does not say db-1 is beyond the bound", why)
+	}
+	// Every replica beyond the bound: no failover, and the error says why.
+	_, _, err = chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 850, 850), cand("db-2", engine.RoleReplica, 880, 880)}, bound)
+	if err == nil || !strings.Contains(err.Error(), "beyond spec.failover.maxLag 100") || !strings.Contains(err.Error(), "db-2 lags 120") {
+		t.Errorf("every replica beyond the bound: %v", err)
+	}
+	// At the bound exactly is allowed.
+	if got, _, err := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 900, 900)}, bound); err != nil || got.pod.Name != "db-1" {
+		t.Errorf("a replica exactly at the bound: %v %v", got.pod, err)
 	}
 }

@@ -78,6 +78,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Chart:     renderer,
 		Values:    opts.Values,
 		Instances: &InstanceConnector{Client: mgr.GetClient(), Resolve: opts.Resolve},
+		Positions: &PrimaryPositions{},
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Database controller: %w", err)

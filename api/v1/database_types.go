@@ -108,6 +108,17 @@ type FailoverSpec struct {
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	DelaySeconds *int32 `json:"delaySeconds,omitempty"`
+
+	// MaxLag bounds how far behind the primary's last position seen by the
+	// operator (sampled every few seconds while the primary is healthy) a
+	// replica may be and still be promoted: bytes of WAL for PostgreSQL,
+	// transactions for MySQL and MariaDB. A replica beyond it is passed
+	// over; when every reachable replica is beyond it, no failover happens
+	// (the Degraded condition and an Event say why) until the primary
+	// returns, a replica catches up, or the bound is raised. Unset: no bound.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxLag *int64 `json:"maxLag,omitempty"`
 }
 
 // FailoverRecord describes one automatic failover.

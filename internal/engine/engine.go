@@ -103,6 +103,10 @@ type Instance interface {
 	// Compare orders two positions of this engine: -1, 0 or 1, or an error
 	// when they cannot be ordered (MySQL/MariaDB sets that diverged).
 	Compare(a, b Position) (int, error)
+	// Lag is how far a replica's position is behind a primary's: bytes of
+	// WAL for PostgreSQL, transactions for MySQL and MariaDB; 0 when it is
+	// not behind.
+	Lag(replica, primary Position) (int64, error)
 	// Close ends the connection.
 	Close() error
 }

@@ -164,3 +164,38 @@ func checkCompare(t *testing.T, compare func(a, b string) (int, error), tests []
 		}
 	}
 }
+
+func TestLag(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		fn               func(r, p string) (int64, error)
+		replica, primary string
+		want             int64
+	}{
+		{"mariadb caught up", mariaDBGTIDLag, "0-1-50", "0-1-50", 0},
+		{"mariadb behind", mariaDBGTIDLag, "0-1-40", "0-1-50", 10},
+		{"mariadb ahead counts nothing", mariaDBGTIDLag, "0-1-60", "0-1-50", 0},
+		{"mariadb per domain", mariaDBGTIDLag, "0-1-40,1-2-5", "0-1-50,1-2-7,2-3-1", 13},
+		{"mariadb empty replica", mariaDBGTIDLag, "", "0-1-5", 5},
+		{"mysql caught up", mysqlGTIDLag, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", 0},
+		{"mysql behind", mysqlGTIDLag, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9", 4},
+		{"mysql gaps and sources", mysqlGTIDLag, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3:7",
+			"3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9,4a6b2e1c-71ca-11e1-9e33-c80aa9429562:1-2", 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.fn(tc.replica, tc.primary)
+			if err != nil || got != tc.want {
+				t.Errorf("lag(%q, %q) = %d, %v; want %d", tc.replica, tc.primary, got, err, tc.want)
+			}
+		})
+	}
+	if got := walBytesBehind(0x3000000, 0x3000100); got != 256 {
+		t.Errorf("WAL lag %d, want 256", got)
+	}
+	if got := walBytesBehind(0x3000100, 0x3000000); got != 0 {
+		t.Errorf("WAL lag of a replica ahead %d, want 0", got)
+	}
+	if _, err := mariaDBGTIDLag("bad", "0-1-1"); err == nil {
+		t.Error("a malformed GTID was accepted")
+	}
+}

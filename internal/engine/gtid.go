@@ -177,3 +177,49 @@ func compareMySQLGTIDSet(a, b string) (int, error) {
 	aHasAll, bHasAll := sa.contains(sb), sb.contains(sa)
 	return order(!bHasAll, !aHasAll, a, b)
 }
+
+// mariaDBGTIDLag counts, domain by domain, the sequence numbers the primary
+// has beyond the replica.
+func mariaDBGTIDLag(replica, primary string) (int64, error) {
+	r, err := parseMariaDBGTID(replica)
+	if err != nil {
+		return 0, err
+	}
+	p, err := parseMariaDBGTID(primary)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for domain, pg := range p {
+		if rg := r[domain]; pg.seq > rg.seq {
+			n += int64(pg.seq - rg.seq)
+		}
+	}
+	return n, nil
+}
+
+// mysqlGTIDLag counts the transactions in the primary's set that are not in
+// the replica's.
+func mysqlGTIDLag(replica, primary string) (int64, error) {
+	r, err := parseMySQLGTIDSet(replica)
+	if err != nil {
+		return 0, err
+	}
+	p, err := parseMySQLGTIDSet(primary)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for uuid, pivs := range p {
+		for _, pi := range pivs {
+			missing := pi.hi - pi.lo + 1
+			for _, ri := range r[uuid] {
+				if lo, hi := max(pi.lo, ri.lo), min(pi.hi, ri.hi); lo <= hi {
+					missing -= hi - lo + 1
+				}
+			}
+			n += int64(missing)
+		}
+	}
+	return n, nil
+}

@@ -29,6 +29,8 @@ type dialect interface {
 	// attachFormerPrimary runs before a former primary's first CHANGE
 	// MASTER/SOURCE, with replication stopped.
 	attachFormerPrimary() []string
+	// lag counts the transactions of primary that replica lacks.
+	lag(replica, primary string) (int64, error)
 	// waitApplied returns a query that blocks until gtid is applied or the
 	// timeout (seconds) passes; it returns 0 on success.
 	waitApplied(gtid string, timeoutSeconds int) string
@@ -84,6 +86,7 @@ func (mysqlDialect) received(applied, retrieved string) string {
 	return applied + "," + retrieved
 }
 func (mysqlDialect) compare(a, b string) (int, error) { return compareMySQLGTIDSet(a, b) }
+func (mysqlDialect) lag(r, p string) (int64, error)   { return mysqlGTIDLag(r, p) }
 
 type mariadbDialect struct{}
 
@@ -131,6 +134,7 @@ func (mariadbDialect) received(applied, retrieved string) string {
 	return retrieved
 }
 func (mariadbDialect) compare(a, b string) (int, error) { return compareMariaDBGTID(a, b) }
+func (mariadbDialect) lag(r, p string) (int64, error)   { return mariaDBGTIDLag(r, p) }
 
 // mysqlLiteral quotes a string for MySQL and MariaDB (backslash escapes on).
 func mysqlLiteral(s string) string {
@@ -292,3 +296,7 @@ func (m *mysqlFamily) WaitApplied(ctx context.Context) error {
 }
 
 func (m *mysqlFamily) Compare(a, b Position) (int, error) { return m.d.compare(a.GTID, b.GTID) }
+
+func (m *mysqlFamily) Lag(replica, primary Position) (int64, error) {
+	return m.d.lag(replica.GTID, primary.GTID)
+}

@@ -229,6 +229,19 @@ func (p *postgres) Compare(a, b Position) (int, error) {
 	}
 }
 
+// Lag is the WAL between the two locations. Across a timeline switch the
+// locations still count bytes of one WAL stream, so the difference holds.
+func (p *postgres) Lag(replica, primary Position) (int64, error) {
+	return walBytesBehind(replica.LSN, primary.LSN), nil
+}
+
+func walBytesBehind(replica, primary LSN) int64 {
+	if primary <= replica {
+		return 0
+	}
+	return int64(primary - replica)
+}
+
 func cmp[T ~uint32 | ~uint64](a, b T) int {
 	switch {
 	case a < b:

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -233,5 +235,63 @@ func createCredentials(t testing.TB, ns, name, user, password string) {
 	}
 	if err := testEnv.client.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFailoverLagBound: with spec.failover.maxLag, replicas that fell too
+// far behind the primary's last seen position are not promoted: the
+// Database stays without a primary, and says why, until the bound is
+// raised; then the furthest replica is promoted.
+func TestFailoverLagBound(t *testing.T) {
+	ctx := context.Background()
+	ns, db, servers := mariaDBWithServers(t, "lag")
+	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](5) })
+	for range 10 {
+		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('replicated')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "replicas caught up", func() string {
+		if a, b := mariaCount(t, servers[1]), mariaCount(t, servers[2]); a != 10 || b != 10 {
+			return fmt.Sprintf("replicas have %d and %d rows", a, b)
+		}
+		return ""
+	})
+	// The replicas stop receiving; the primary takes 20 more transactions,
+	// and the operator samples its position (every 5 s while it is healthy).
+	for _, r := range servers[1:] {
+		if err := r.RootExec(ctx, "STOP SLAVE IO_THREAD"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20 {
+		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('not replicated')"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(7 * time.Second)
+	servers[0].Kill()
+	setPodReady(t, ns, "lag-0", false)
+
+	got := &dbv1.Database{}
+	eventually(t, 30*time.Second, "failover refused: every replica beyond maxLag", func() string {
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, "Degraded")
+		if c == nil || !strings.Contains(c.Message, "beyond spec.failover.maxLag 5") {
+			return fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		}
+		return ""
+	})
+	if got.Status.CurrentPrimary != "lag-0" || got.Status.LastFailover != nil {
+		t.Fatalf("a lagging replica was promoted: primary %s, %+v", got.Status.CurrentPrimary, got.Status.LastFailover)
+	}
+
+	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](1000) })
+	newName := waitFailover(t, db, "lag-0")
+	newPrimary := servers[slices.Index([]string{"lag-0", "lag-1", "lag-2"}, newName)]
+	if n := mariaCount(t, newPrimary); n != 10 {
+		t.Errorf("new primary has %d rows, want the 10 it received", n)
 	}
 }
