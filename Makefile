@@ -2,7 +2,9 @@
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
 
-VERSION ?= 0.1.0
+# The operator's release: the bundle's version and the time written into its CSV.
+VERSION ?= 0.2.0
+CREATED_AT ?= 2026-12-03T12:00:00Z
 # Cluster binaries and controller-gen are built once per version into this
 # cache, outside the work tree (see hack/build-tools.sh).
 export DBOP_CACHE ?= $(HOME)/.cache/database-operator
@@ -17,8 +19,9 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: tools
-tools: ## Build controller-gen and the local cluster's binaries (cold: ~15 min, once per version).
+tools: ## Build controller-gen, the local cluster's binaries and operator-sdk (cold: ~15 min, once per version).
 	@hack/build-tools.sh >/dev/null
+	@hack/build-tools.sh olm >/dev/null
 
 .PHONY: generate
 generate: ## Generate deepcopy code.
@@ -31,14 +34,20 @@ manifests: ## Generate the CRD and RBAC into config/.
 	$$CG rbac:roleName=manager-role crd paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
+.PHONY: bundle
+bundle: manifests ## Generate bundle/ for VERSION with operator-sdk and validate it (no warning allowed).
+	@VERSION=$(VERSION) CREATED_AT=$(CREATED_AT) hack/bundle.sh
+
+GENERATED := api config bundle bundle.Dockerfile
+
 .PHONY: verify-generated
-verify-generated: ## Fail when a generated file is stale (works on a dirty tree too).
-	@snap() { git status --porcelain -- api config; git --no-pager diff -- api config; }; \
+verify-generated: ## Fail when a generated file (code, CRD, RBAC, bundle) is stale (works on a dirty tree too).
+	@snap() { git status --porcelain -- $(GENERATED); git --no-pager diff -- $(GENERATED); }; \
 	before=$$(snap | sha256sum); \
-	$(MAKE) -s generate manifests; \
+	$(MAKE) -s generate manifests bundle >/dev/null; \
 	if [[ "$$(snap | sha256sum)" != "$$before" ]]; then \
 		echo "generated files were stale and have been regenerated; review and commit:"; \
-		git status --porcelain -- api config; exit 1; fi
+		git status --porcelain -- $(GENERATED); exit 1; fi
 
 .PHONY: fmt
 fmt: ## gofmt the code.

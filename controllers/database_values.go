@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -67,6 +70,34 @@ type ValueOptions struct {
 	// NoNetworkPolicy leaves out the NetworkPolicy, for clusters whose
 	// network plugin does not enforce them (or that manage them centrally).
 	NoNetworkPolicy bool
+	// Images maps "<engine>:<version>" to the image that runs it, from the
+	// RELATED_IMAGE_* environment (see ImagesFromEnv); a Database's own
+	// spec.image still wins. Unlisted versions use the chart's images.
+	Images map[string]string
+}
+
+// relatedImagePrefix marks the environment variables OLM lists as the
+// CSV's relatedImages and mirroring tools rewrite.
+const relatedImagePrefix = "RELATED_IMAGE_"
+
+// ImagesFromEnv reads RELATED_IMAGE_<ENGINE>_<VERSION> variables (version
+// dots written as underscores: RELATED_IMAGE_MYSQL_8_4) into
+// ValueOptions.Images. Other RELATED_IMAGE_ variables (the manager's own)
+// are not operands and are skipped.
+func ImagesFromEnv(environ []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || value == "" || !strings.HasPrefix(name, relatedImagePrefix) {
+			continue
+		}
+		engine, version, ok := strings.Cut(strings.ToLower(strings.TrimPrefix(name, relatedImagePrefix)), "_")
+		if !ok || !slices.Contains(dbv1.Engines(), dbv1.Engine(engine)) {
+			continue
+		}
+		out[engine+":"+strings.ReplaceAll(version, "_", ".")] = value
+	}
+	return out
 }
 
 // chartValues derives the chart's values from a Database. It is the one
@@ -80,10 +111,14 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 	if replicas < 1 {
 		replicas = 1
 	}
+	image := db.Spec.Image
+	if image == "" {
+		image = opts.Images[string(db.Spec.Engine)+":"+effectiveVersion(db)]
+	}
 	return map[string]any{
 		"engine":            string(db.Spec.Engine),
 		"version":           effectiveVersion(db),
-		"image":             db.Spec.Image,
+		"image":             image,
 		"replicas":          int64(replicas),
 		"storage":           storage,
 		"resources":         resourceValues(db.Spec.Resources),

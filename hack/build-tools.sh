@@ -6,6 +6,8 @@
 #
 # Usage: hack/build-tools.sh [controller-gen|cluster]...
 #        builds what is missing (default: everything) and prints the bin dir
+#        hack/build-tools.sh olm
+#        builds operator-sdk and scorecard-test and prints their bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -35,6 +37,20 @@ build() { # build DIR OUT PKG [LDFLAGS]
 	mv "$bin/$out.tmp" "$bin/$out"
 	step "built $out in $((SECONDS - start))s"
 }
+
+# OLM tooling has its own directory, keyed by its own versions.
+if [[ "${1:-}" == olm ]]; then
+	sdk_ver="$(modver operator-sdk github.com/operator-framework/operator-sdk)"
+	bin="$cache/bin/sdk-$sdk_ver"
+	mkdir -p "$bin"
+	sdk_ld="-X github.com/operator-framework/operator-sdk/internal/version.Version=$sdk_ver"
+	sdk_ld+=" -X github.com/operator-framework/operator-sdk/internal/version.GitVersion=$sdk_ver"
+	# containers/image is linked in: without this tag it wants the gpgme C library.
+	GOFLAGS="$GOFLAGS -tags=containers_image_openpgp" build operator-sdk operator-sdk github.com/operator-framework/operator-sdk/cmd/operator-sdk "$sdk_ld"
+	GOFLAGS="$GOFLAGS -tags=containers_image_openpgp" build operator-sdk scorecard-test github.com/operator-framework/operator-sdk/images/scorecard-test
+	echo "$bin"
+	exit 0
+fi
 
 want() { [[ $# -eq 0 ]] && return 0; local w; for w in "${targets[@]}"; do [[ "$w" == "$1" ]] && return 0; done; return 1; }
 targets=("$@")

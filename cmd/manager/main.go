@@ -90,7 +90,8 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Values: controllers.ValueOptions{OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy}}); err != nil {
+	if err := controllers.Setup(mgr, controllers.Options{Values: controllers.ValueOptions{
+		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controllers.ImagesFromEnv(os.Environ())}}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
