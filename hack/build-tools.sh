@@ -7,7 +7,7 @@
 # Usage: hack/build-tools.sh [controller-gen|cluster]...
 #        builds what is missing (default: everything) and prints the bin dir
 #        hack/build-tools.sh olm
-#        builds operator-sdk and scorecard-test and prints their bin dir
+#        builds operator-sdk, scorecard-test and opm and prints their bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -41,13 +41,16 @@ build() { # build DIR OUT PKG [LDFLAGS]
 # OLM tooling has its own directory, keyed by its own versions.
 if [[ "${1:-}" == olm ]]; then
 	sdk_ver="$(modver operator-sdk github.com/operator-framework/operator-sdk)"
-	bin="$cache/bin/sdk-$sdk_ver"
+	opm_ver="$(modver opm github.com/operator-framework/operator-registry)"
+	bin="$cache/bin/sdk-$sdk_ver-opm-$opm_ver"
 	mkdir -p "$bin"
 	sdk_ld="-X github.com/operator-framework/operator-sdk/internal/version.Version=$sdk_ver"
 	sdk_ld+=" -X github.com/operator-framework/operator-sdk/internal/version.GitVersion=$sdk_ver"
 	# containers/image is linked in: without this tag it wants the gpgme C library.
 	GOFLAGS="$GOFLAGS -tags=containers_image_openpgp" build operator-sdk operator-sdk github.com/operator-framework/operator-sdk/cmd/operator-sdk "$sdk_ld"
 	GOFLAGS="$GOFLAGS -tags=containers_image_openpgp" build operator-sdk scorecard-test github.com/operator-framework/operator-sdk/images/scorecard-test
+	GOFLAGS="$GOFLAGS -tags=json1,containers_image_openpgp" build opm opm github.com/operator-framework/operator-registry/cmd/opm \
+		"-X github.com/operator-framework/operator-registry/cmd/opm/version.gitCommit=$opm_ver -X github.com/operator-framework/operator-registry/cmd/opm/version.opmVersion=$opm_ver"
 	echo "$bin"
 	exit 0
 fi
