@@ -45,6 +45,11 @@ catalog: ## Render catalog/ from config/catalog/template.yaml (bundle/ is VERSIO
 	@go run ./hack/catalog -version $(VERSION)
 	@OPM=$$(hack/build-tools.sh olm)/opm; $$OPM validate catalog && echo "opm validate catalog: ok"
 
+.PHONY: scorecard
+scorecard: ## Run the bundle's scorecard tests (basic, olm and the project's own) locally: no cluster, no container runtime (needs root).
+	@mkdir -p $(LOCAL)/bin && go build -o $(LOCAL)/bin/database-scorecard ./scorecard/cmd/database-scorecard
+	@SDK=$$(hack/build-tools.sh olm); go run ./scorecard/cmd/scorecard-local -bundle bundle -path "$$SDK:$(LOCAL)/bin"
+
 GENERATED := api config bundle bundle.Dockerfile catalog
 
 .PHONY: verify-generated
@@ -95,11 +100,11 @@ run: cluster install build ## Start the local cluster, install the CRDs, run the
 ##@ Tests
 
 .PHONY: test
-test: verify-generated vet test-unit test-integration ## Everything CI runs.
+test: verify-generated vet test-unit scorecard test-integration ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).
-	go test $(GOTEST_FLAGS) ./api/... ./controllers/... ./internal/... ./helm-charts/...
+	go test $(GOTEST_FLAGS) ./api/... ./controllers/... ./internal/... ./helm-charts/... ./scorecard/...
 
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
