@@ -50,6 +50,17 @@ scorecard: ## Run the bundle's scorecard tests (basic, olm and the project's own
 	@mkdir -p $(LOCAL)/bin && go build -o $(LOCAL)/bin/database-scorecard ./scorecard/cmd/database-scorecard
 	@SDK=$$(hack/build-tools.sh olm); go run ./scorecard/cmd/scorecard-local -bundle bundle -path "$$SDK:$(LOCAL)/bin"
 
+.PHONY: images
+images: build ## Build the operator, bundle, catalog and scorecard images in Go into an OCI layout in .local/images (PUSH=host:port pushes them too).
+	@mkdir -p $(LOCAL)/bin && CGO_ENABLED=0 go build -o $(LOCAL)/bin/database-scorecard ./scorecard/cmd/database-scorecard
+	@SDK=$$(hack/build-tools.sh olm); go run ./hack/images -version $(VERSION) -manager bin/manager \
+		-opm $$SDK/opm -scorecard-test $$SDK/scorecard-test -database-scorecard $(LOCAL)/bin/database-scorecard \
+		-out $(LOCAL)/images $(if $(PUSH),-push $(PUSH))
+
+.PHONY: test-images
+test-images: ## Build the images, push them to an in-process registry and opm-render the bundle image.
+	SDK_BIN=$$(hack/build-tools.sh olm) go test $(GOTEST_FLAGS) ./tests/images/...
+
 GENERATED := api config bundle bundle.Dockerfile catalog
 
 .PHONY: verify-generated
@@ -73,7 +84,7 @@ vet: ## go vet, and fail on unformatted code.
 
 .PHONY: build
 build: ## Build the operator binary into bin/.
-	CGO_ENABLED=0 go build -trimpath -o bin/manager ./cmd/manager
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/manager ./cmd/manager
 
 ##@ Local cluster
 
@@ -100,7 +111,7 @@ run: cluster install build ## Start the local cluster, install the CRDs, run the
 ##@ Tests
 
 .PHONY: test
-test: verify-generated vet test-unit scorecard test-integration ## Everything CI runs.
+test: verify-generated vet test-unit scorecard test-images test-integration ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).
