@@ -26,7 +26,7 @@ func Ref(image, version string) string { return Repo + "/" + image + ":v" + vers
 
 func labels(title, version string) map[string]string {
 	return map[string]string{
-		"org.opencontainers.image.title":   title,
+		"org.opencontainers.image.title":    title,
 		"org.opencontainers.image.version":  version,
 		"org.opencontainers.image.source":   "https://example.com/database-operator",
 		"org.opencontainers.image.licenses": "Apache-2.0",
