@@ -61,6 +61,13 @@ images: build ## Build the operator, bundle, catalog and scorecard images in Go 
 test-images: ## Build the images, push them to an in-process registry and opm-render the bundle image.
 	SDK_BIN=$$(hack/build-tools.sh olm) go test $(GOTEST_FLAGS) ./tests/images/...
 
+.PHONY: test-olm
+test-olm: ## Subscribe through OLM to the catalog's older release and upgrade along the channel, on the local cluster (root: runs in a private network namespace).
+	@KUBE=$$(hack/build-tools.sh cluster); OLMB=$$(hack/build-tools.sh olm); \
+	mkdir -p $(LOCAL) && go test -c -o $(LOCAL)/olm.test ./tests/olm && \
+	cd tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
+		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
+
 GENERATED := api config bundle bundle.Dockerfile catalog
 
 .PHONY: verify-generated
@@ -111,7 +118,7 @@ run: cluster install build ## Start the local cluster, install the CRDs, run the
 ##@ Tests
 
 .PHONY: test
-test: verify-generated vet test-unit scorecard test-images test-integration ## Everything CI runs.
+test: verify-generated vet test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).

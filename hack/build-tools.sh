@@ -7,7 +7,8 @@
 # Usage: hack/build-tools.sh [controller-gen|cluster]...
 #        builds what is missing (default: everything) and prints the bin dir
 #        hack/build-tools.sh olm
-#        builds operator-sdk, scorecard-test and opm and prints their bin dir
+#        builds operator-sdk, scorecard-test, opm and OLM (olm, catalog, CRDs)
+#        and prints their bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -42,7 +43,8 @@ build() { # build DIR OUT PKG [LDFLAGS]
 if [[ "${1:-}" == olm ]]; then
 	sdk_ver="$(modver operator-sdk github.com/operator-framework/operator-sdk)"
 	opm_ver="$(modver opm github.com/operator-framework/operator-registry)"
-	bin="$cache/bin/sdk-$sdk_ver-opm-$opm_ver"
+	olm_ver="$(modver olm github.com/operator-framework/operator-lifecycle-manager)"
+	bin="$cache/bin/sdk-$sdk_ver-opm-$opm_ver-olm-$olm_ver"
 	mkdir -p "$bin"
 	sdk_ld="-X github.com/operator-framework/operator-sdk/internal/version.Version=$sdk_ver"
 	sdk_ld+=" -X github.com/operator-framework/operator-sdk/internal/version.GitVersion=$sdk_ver"
@@ -51,6 +53,16 @@ if [[ "${1:-}" == olm ]]; then
 	GOFLAGS="$GOFLAGS -tags=containers_image_openpgp" build operator-sdk scorecard-test github.com/operator-framework/operator-sdk/images/scorecard-test
 	GOFLAGS="$GOFLAGS -tags=json1,containers_image_openpgp" build opm opm github.com/operator-framework/operator-registry/cmd/opm \
 		"-X github.com/operator-framework/operator-registry/cmd/opm/version.gitCommit=$opm_ver -X github.com/operator-framework/operator-registry/cmd/opm/version.opmVersion=$opm_ver"
+	# OLM v0's olm and catalog operators, and its CRDs, for the
+	# subscribe-and-upgrade test.
+	for c in olm catalog; do
+		GOFLAGS="$GOFLAGS -tags=json1,containers_image_openpgp" build olm "$c" "github.com/operator-framework/operator-lifecycle-manager/cmd/$c"
+	done
+	if [[ ! -d "$bin/olm-crds" ]]; then
+		src="$(cd "$tools/olm" && go list -m -f '{{.Dir}}' github.com/operator-framework/operator-lifecycle-manager)/deploy/chart/crds"
+		mkdir -p "$bin/olm-crds.tmp" && cp "$src"/*.yaml "$bin/olm-crds.tmp/" && chmod -R u+w "$bin/olm-crds.tmp"
+		mv "$bin/olm-crds.tmp" "$bin/olm-crds"
+	fi
 	echo "$bin"
 	exit 0
 fi
