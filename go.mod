@@ -7,6 +7,7 @@ require (
 	github.com/google/go-containerregistry v0.21.6
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/operator-framework/api v0.45.0
+	github.com/operator-framework/operator-lib v0.19.0
 	github.com/operator-framework/operator-registry v1.74.0
 	google.golang.org/grpc v1.83.0
 	helm.sh/helm/v3 v3.21.4

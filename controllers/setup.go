@@ -14,6 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
+	"github.com/operator-framework/operator-lib/conditions"
+
 	dbv1 "example.com/database-operator/api/v1"
 	helmcharts "example.com/database-operator/helm-charts"
 	"example.com/database-operator/internal/chart"
@@ -26,6 +29,9 @@ func NewScheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	if err := dbv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := apiv2.AddToScheme(s); err != nil { // OperatorCondition, for OLM
 		return nil, err
 	}
 	return s, nil
@@ -59,6 +65,10 @@ type Options struct {
 	Values ValueOptions
 	// Resolve maps instance pods to server addresses (default: pod IP).
 	Resolve Resolver
+	// Upgradeable, when set, reports to OLM through the operator's
+	// OperatorCondition whether it may be upgraded now; nil when OLM does
+	// not manage the operator.
+	Upgradeable conditions.Factory
 }
 
 // Setup adds the operator's reconcilers to a manager.
@@ -82,6 +92,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Database controller: %w", err)
+	}
+	if opts.Upgradeable != nil {
+		u := &UpgradeableReporter{Reader: mgr.GetClient(), Conditions: opts.Upgradeable}
+		if err := u.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the Upgradeable reporter: %w", err)
+		}
 	}
 	return nil
 }

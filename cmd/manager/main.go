@@ -9,7 +9,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/operator-framework/operator-lib/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -90,8 +92,21 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, controllers.Options{Values: controllers.ValueOptions{
-		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controllers.ImagesFromEnv(os.Environ())}}); err != nil {
+	opts := controllers.Options{Values: controllers.ValueOptions{
+		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controllers.ImagesFromEnv(os.Environ())}}
+	// OLM names the operator's OperatorCondition in the Deployment it
+	// manages; without it (a kustomize install) there is nothing to report to.
+	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {
+		// Read and written directly: one object, no need to cache all of them.
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		opts.Upgradeable = conditions.InClusterFactory{Client: direct}
+	} else {
+		ctrl.Log.WithName("setup").Info("not managed by OLM (OPERATOR_CONDITION_NAME unset): Upgradeable is not reported")
+	}
+	if err := controllers.Setup(mgr, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

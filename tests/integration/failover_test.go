@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -287,6 +288,14 @@ func TestFailoverLagBound(t *testing.T) {
 	if got.Status.CurrentPrimary != "lag-0" || got.Status.LastFailover != nil {
 		t.Fatalf("a lagging replica was promoted: primary %s, %+v", got.Status.CurrentPrimary, got.Status.LastFailover)
 	}
+	// While the failover is pending, the operator tells OLM not to upgrade it.
+	busy := ns + "/lag: failover of lag-0"
+	eventually(t, 10*time.Second, "Upgradeable=False naming the failover", func() string {
+		if c := upgradeable(t); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, busy) {
+			return fmt.Sprintf("Upgradeable %+v", c)
+		}
+		return ""
+	})
 
 	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](1000) })
 	newName := waitFailover(t, db, "lag-0")
@@ -294,4 +303,20 @@ func TestFailoverLagBound(t *testing.T) {
 	if n := mariaCount(t, newPrimary); n != 10 {
 		t.Errorf("new primary has %d rows, want the 10 it received", n)
 	}
+	eventually(t, 10*time.Second, "Upgradeable no longer held by this failover", func() string {
+		if c := upgradeable(t); c == nil || strings.Contains(c.Message, busy) {
+			return fmt.Sprintf("Upgradeable %+v", c)
+		}
+		return ""
+	})
+}
+
+// upgradeable is the Upgradeable condition the operator reports to OLM.
+func upgradeable(t testing.TB) *metav1.Condition {
+	t.Helper()
+	oc := &apiv2.OperatorCondition{}
+	if err := testEnv.client.Get(context.Background(), testEnv.operatorCondition, oc); err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(oc.Spec.Conditions, apiv2.Upgradeable)
 }

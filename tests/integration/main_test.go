@@ -14,7 +14,13 @@ import (
 	"testing"
 	"time"
 
+	olmcrds "github.com/operator-framework/api/crds"
+	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	corev1 "k8s.io/api/core/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +39,8 @@ type env struct {
 	client  client.Client
 	writes  *writeCounter
 	servers *serverRegistry
+	// operatorCondition is where the operator reports Upgradeable.
+	operatorCondition types.NamespacedName
 }
 
 // serverRegistry maps instance pods (simulated by kwok) to real database
@@ -120,9 +128,19 @@ func run(m *testing.M) int {
 		return 1
 	}
 	servers := &serverRegistry{ports: map[string]int{}}
+	// The operator reports Upgradeable to an OperatorCondition, as under
+	// OLM. Its writes go through an uncounted client: the steady-state test
+	// counts the Database reconciler's writes, and the reporter writes only
+	// when some Database starts or ends a failover or switchover.
+	condKey, err := installOperatorCondition(ctx, c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "OperatorCondition:", err)
+		return 1
+	}
 	if err := controllers.Setup(mgr, controllers.Options{
-		Values:  controllers.ValueOptions{OperatorNamespace: "database-operator-system"},
-		Resolve: servers.resolve,
+		Values:      controllers.ValueOptions{OperatorNamespace: "database-operator-system"},
+		Resolve:     servers.resolve,
+		Upgradeable: controllers.NamespacedConditions{Client: userClient, Key: condKey},
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -130,7 +148,7 @@ func run(m *testing.M) int {
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
 
-	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers}
+	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey}
 	code := m.Run()
 	cancel()
 	if err := <-mgrDone; err != nil {
@@ -196,3 +214,33 @@ func (w *writeCounter) since(mark int, namespace string) []string {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// installOperatorCondition installs OLM's OperatorCondition CRD and the
+// object OLM would make for the operator's CSV.
+func installOperatorCondition(ctx context.Context, c *localcluster.Cluster) (types.NamespacedName, error) {
+	key := types.NamespacedName{Namespace: "database-operator-system", Name: "database-operator.v0.2.0"}
+	ext, err := apiextclient.NewForConfig(c.Config)
+	if err != nil {
+		return key, err
+	}
+	crd := olmcrds.OperatorCondition()
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return key, err
+	}
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return key, err
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return key, err
+	}
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}); err != nil {
+		return key, err
+	}
+	oc := &apiv2.OperatorCondition{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	// The CRD takes a moment to be served.
+	return key, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return cl.Create(ctx, oc) == nil, nil
+	})
+}

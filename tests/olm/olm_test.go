@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/pkg/api"
 	"github.com/operator-framework/operator-registry/pkg/cache"
@@ -35,12 +37,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/yaml"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/controllers"
 	"example.com/database-operator/internal/localcluster"
 )
 
@@ -64,6 +70,7 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	ctrllog.SetLogger(logr.Discard()) // the reporter's log lines are not needed here
 	dir, err := os.MkdirTemp("", "dbop-olm-")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +89,7 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Stop() })
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextv1.AddToScheme, dbv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextv1.AddToScheme, dbv1.AddToScheme, apiv2.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -147,19 +154,59 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgreSQL, Version: "16", Replicas: 3,
 			Storage: dbv1.StorageSpec{Size: resource.MustParse("5Gi")}},
 	}
+	db.Spec.Primary = "orders-1" // a switchover the user asked for
 	if err := cl.Create(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	before := db.DeepCopy()
 
-	// The newer release enters the channel: OLM reconnects to the catalog,
-	// resolves the upgrade edge and replaces the CSV.
+	// OLM gave the operator an OperatorCondition and told it its name.
+	checkConditionEnv(t, ctx, cl, bundleDeploymentName(t), olderCSV)
+	// The operator's reporter (its own code, run here: kwok runs no
+	// container) sees the switchover in progress and reports
+	// Upgradeable=False through that OperatorCondition.
+	reporter := &controllers.UpgradeableReporter{Reader: cl, Conditions: controllers.NamespacedConditions{
+		Client: cl, Key: types.NamespacedName{Namespace: opNS, Name: olderCSV}}}
+	db.Status.CurrentPrimary = "orders-0"
+	if err := cl.Status().Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	reconcileUpgradeable(t, ctx, reporter)
+
+	// The newer release enters the channel: OLM reconnects to the catalog
+	// and resolves the upgrade edge, but holds the upgrade while the
+	// operator says it is not upgradeable.
 	srv.Stop()
-	upgrading := time.Now()
 	serveCatalog(t, newer, port)
+	held := time.Now()
+	for time.Since(held) < 20*time.Second {
+		if phase := csvPhase(ctx, cl, newerCSV); phase == "Succeeded" {
+			t.Fatalf("OLM upgraded to %s while the operator reported Upgradeable=False", newerCSV)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The older CSV is still installed (OLM marks it Replacing) and its
+	// Deployment still runs the older operator.
+	if phase := csvPhase(ctx, cl, olderCSV); phase != "Succeeded" && phase != "Replacing" {
+		t.Fatalf("%s is %q while the upgrade is held", olderCSV, phase)
+	}
+	if image := deploymentImage(t, ctx, cl, bundleDeploymentName(t)); !strings.HasSuffix(image, ":v0.1.0") {
+		t.Fatalf("the operator runs %s while the upgrade is held", image)
+	}
+	t.Logf("upgrade held for %s while Upgradeable=False: %s is %q (%s)", time.Since(held).Round(time.Second),
+		newerCSV, csvPhase(ctx, cl, newerCSV), csvMessage(ctx, cl, newerCSV))
+
+	// The switchover finishes; the reporter clears the condition and OLM
+	// replaces the CSV.
+	db.Status.CurrentPrimary = "orders-1"
+	if err := cl.Status().Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	upgrading := time.Now()
+	reconcileUpgradeable(t, ctx, reporter)
 	waitCSV(t, ctx, cl, newerCSV, "Succeeded")
 	waitGone(t, ctx, cl, olderCSV)
-	t.Logf("upgraded: %s Succeeded and %s removed %s after the catalog changed",
+	t.Logf("upgraded: %s Succeeded and %s removed %s after Upgradeable=True",
 		newerCSV, olderCSV, time.Since(upgrading).Round(100*time.Millisecond))
 
 	var state string
@@ -431,14 +478,75 @@ func checkDeployment(t *testing.T, ctx context.Context, cl client.Client, csv *u
 	name, _, _ := unstructured.NestedString(specs[0].(map[string]any), "name")
 	containers, _, _ := unstructured.NestedSlice(specs[0].(map[string]any), "spec", "template", "spec", "containers")
 	wantImage, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
+	if image := deploymentImage(t, ctx, cl, name); image != wantImage {
+		t.Errorf("the operator runs %s, want %s", image, wantImage)
+	}
+}
+
+func reconcileUpgradeable(t *testing.T, ctx context.Context, r *controllers.UpgradeableReporter) {
+	t.Helper()
+	if _, err := r.Reconcile(ctx, reconcile.Request{}); err != nil {
+		t.Fatalf("reporting to OLM: %v", err)
+	}
+}
+
+func csvPhase(ctx context.Context, cl client.Client, name string) string {
+	csv := obj("operators.coreos.com/v1alpha1", "ClusterServiceVersion", opNS, name, nil)
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(csv), csv); err != nil {
+		return ""
+	}
+	phase, _, _ := unstructured.NestedString(csv.Object, "status", "phase")
+	return phase
+}
+
+func csvMessage(ctx context.Context, cl client.Client, name string) string {
+	csv := obj("operators.coreos.com/v1alpha1", "ClusterServiceVersion", opNS, name, nil)
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(csv), csv); err != nil {
+		return err.Error()
+	}
+	reason, _, _ := unstructured.NestedString(csv.Object, "status", "reason")
+	msg, _, _ := unstructured.NestedString(csv.Object, "status", "message")
+	return reason + ": " + msg
+}
+
+func deploymentImage(t *testing.T, ctx context.Context, cl client.Client, name string) string {
+	t.Helper()
 	dep := obj("apps/v1", "Deployment", opNS, name, nil)
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
 		t.Fatal(err)
 	}
-	got, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
-	if image, _, _ := unstructured.NestedString(got[0].(map[string]any), "image"); image != wantImage {
-		t.Errorf("the operator runs %s, want %s", image, wantImage)
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	image, _, _ := unstructured.NestedString(containers[0].(map[string]any), "image")
+	return image
+}
+
+func bundleDeploymentName(t *testing.T) string {
+	t.Helper()
+	specs, _, _ := unstructured.NestedSlice(readCSV(t, filepath.Join(newBundle, csvFile)).Object, "spec", "install", "spec", "deployments")
+	name, _, _ := unstructured.NestedString(specs[0].(map[string]any), "name")
+	return name
+}
+
+// checkConditionEnv: OLM made the CSV's OperatorCondition and set its name
+// in the operator's Deployment, where operator-lib's InClusterFactory reads it.
+func checkConditionEnv(t *testing.T, ctx context.Context, cl client.Client, deployment, csv string) {
+	t.Helper()
+	oc := obj("operators.coreos.com/v2", "OperatorCondition", opNS, csv, nil)
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(oc), oc); err != nil {
+		t.Fatalf("OLM made no OperatorCondition for %s: %v", csv, err)
 	}
+	dep := obj("apps/v1", "Deployment", opNS, deployment, nil)
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+		t.Fatal(err)
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+	for _, e := range env {
+		if m := e.(map[string]any); m["name"] == "OPERATOR_CONDITION_NAME" && m["value"] == csv {
+			return
+		}
+	}
+	t.Errorf("the operator's Deployment has no OPERATOR_CONDITION_NAME=%s: %v", csv, env)
 }
 
 func freePort(t *testing.T) int {
