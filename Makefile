@@ -68,6 +68,14 @@ test-olm: ## Subscribe through OLM to the catalog's older release and upgrade al
 	cd tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
 		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
 
+KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/samples config/prometheus config/manifests config/overlays/production
+
+.PHONY: verify-kustomize
+verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl apply -k` would read).
+	@K=$$(hack/build-tools.sh cluster)/kubectl; for l in $(KUSTOMIZE_LAYERS); do \
+		n=$$($$K kustomize $$l | grep -c '^kind:') || { echo "kustomize $$l failed"; exit 1; }; \
+		printf '%-28s %2d objects\n' $$l $$n; done
+
 GENERATED := api config bundle bundle.Dockerfile catalog
 
 .PHONY: verify-generated
@@ -118,7 +126,7 @@ run: cluster install build ## Start the local cluster, install the CRDs, run the
 ##@ Tests
 
 .PHONY: test
-test: verify-generated vet test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
+test: verify-generated verify-kustomize vet test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).
