@@ -236,6 +236,7 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	}
 	checkClusterRoles(t, ctx, cl, bundleCSV)
 	checkDeployment(t, ctx, cl, bundleCSV)
+	checkWebhooks(t, ctx, cl, bundleCSV)
 
 	// The Database created under the older release survived, unchanged.
 	after := &dbv1.Database{}
@@ -547,6 +548,37 @@ func checkConditionEnv(t *testing.T, ctx context.Context, cl client.Client, depl
 		}
 	}
 	t.Errorf("the operator's Deployment has no OPERATOR_CONDITION_NAME=%s: %v", csv, env)
+}
+
+// checkWebhooks: OLM made exactly the admission webhooks the CSV defines
+// (its webhookdefinitions), each named after its generateName.
+func checkWebhooks(t *testing.T, ctx context.Context, cl client.Client, csv *unstructured.Unstructured) {
+	t.Helper()
+	defs, _, _ := unstructured.NestedSlice(csv.Object, "spec", "webhookdefinitions")
+	want := map[string]string{}
+	for _, d := range defs {
+		m := d.(map[string]any)
+		want[m["generateName"].(string)] = m["type"].(string)
+	}
+	got := map[string]string{}
+	owned := client.MatchingLabels{"olm.owner": newerCSV}
+	for kind, list := range map[string]*unstructured.UnstructuredList{
+		"ValidatingAdmissionWebhook": {Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfigurationList"}},
+		"MutatingAdmissionWebhook":   {Object: map[string]any{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfigurationList"}},
+	} {
+		if err := cl.List(ctx, list, owned); err != nil {
+			t.Fatal(err)
+		}
+		for _, cfg := range list.Items {
+			hooks, _, _ := unstructured.NestedSlice(cfg.Object, "webhooks")
+			for _, h := range hooks {
+				got[h.(map[string]any)["name"].(string)] = kind
+			}
+		}
+	}
+	if mustJSON(t, got) != mustJSON(t, want) {
+		t.Errorf("admission webhooks on the cluster %v, the bundle defines %v", got, want)
+	}
 }
 
 func freePort(t *testing.T) int {
