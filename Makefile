@@ -54,12 +54,12 @@ scorecard: ## Run the bundle's scorecard tests (basic, olm and the project's own
 images: build ## Build the operator, bundle, catalog and scorecard images in Go into an OCI layout in .local/images (PUSH=host:port pushes them too).
 	@mkdir -p $(LOCAL)/bin && CGO_ENABLED=0 go build -o $(LOCAL)/bin/database-scorecard ./scorecard/cmd/database-scorecard
 	@SDK=$$(hack/build-tools.sh olm); go run ./hack/images -version $(VERSION) -manager bin/manager \
-		-opm $$SDK/opm -scorecard-test $$SDK/scorecard-test -database-scorecard $(LOCAL)/bin/database-scorecard \
+		-opm $$SDK/opm -grpc-health-probe $$SDK/grpc_health_probe -scorecard-test $$SDK/scorecard-test -database-scorecard $(LOCAL)/bin/database-scorecard \
 		-out $(LOCAL)/images $(if $(PUSH),-push $(PUSH))
 
 .PHONY: test-images
 test-images: ## Build the images, push them to an in-process registry and opm-render the bundle image.
-	SDK_BIN=$$(hack/build-tools.sh olm) go test $(GOTEST_FLAGS) ./tests/images/...
+	SDK_BIN=$$(hack/build-tools.sh olm) go test $(GOTEST_FLAGS) -count=1 ./tests/images/...
 
 .PHONY: test-olm
 test-olm: ## Subscribe through OLM to the catalog's older release and upgrade along the channel, on the local cluster (root: runs in a private network namespace).

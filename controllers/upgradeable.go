@@ -20,7 +20,8 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 )
 
-// +kubebuilder:rbac:groups=operators.coreos.com,resources=operatorconditions,verbs=get;update;patch
+// No RBAC marker for OperatorConditions: OLM grants the operator's service
+// account a Role for its own OperatorCondition, and nothing more is needed.
 
 // Reasons of the Upgradeable condition the operator reports to OLM.
 const (

@@ -7,7 +7,8 @@
 # Usage: hack/build-tools.sh [controller-gen|cluster]...
 #        builds what is missing (default: everything) and prints the bin dir
 #        hack/build-tools.sh olm
-#        builds operator-sdk, scorecard-test, opm and OLM (olm, catalog, CRDs)
+#        builds operator-sdk, scorecard-test, opm, grpc_health_probe and OLM
+#        (olm, catalog, CRDs)
 #        and prints their bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
@@ -53,6 +54,7 @@ if [[ "${1:-}" == olm ]]; then
 	GOFLAGS="$GOFLAGS -tags=containers_image_openpgp" build operator-sdk scorecard-test github.com/operator-framework/operator-sdk/images/scorecard-test
 	GOFLAGS="$GOFLAGS -tags=json1,containers_image_openpgp" build opm opm github.com/operator-framework/operator-registry/cmd/opm \
 		"-X github.com/operator-framework/operator-registry/cmd/opm/version.gitCommit=$opm_ver -X github.com/operator-framework/operator-registry/cmd/opm/version.opmVersion=$opm_ver"
+	build opm grpc_health_probe github.com/grpc-ecosystem/grpc-health-probe
 	# OLM v0's olm and catalog operators, and its CRDs, for the
 	# subscribe-and-upgrade test.
 	for c in olm catalog; do

@@ -12,6 +12,10 @@ repo="${IMAGE_REPO:-example.com/database-operator}"
 kube_bin="$(hack/build-tools.sh cluster)"
 sdk_bin="$(hack/build-tools.sh olm)"
 
+# generate bundle only writes files: start empty, so a manifest dropped
+# from config/ is dropped from the bundle too.
+rm -rf bundle/manifests bundle/metadata bundle/tests
+
 # config/ names every image of this project :latest; a release pins them.
 "$kube_bin/kubectl" kustomize config/manifests |
 	sed -e "s#$repo/\([a-z-]*\):latest#$repo/\1:v$VERSION#g" |

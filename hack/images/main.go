@@ -20,6 +20,7 @@ func main() {
 		version   = flag.String("version", "", "release version (x.y.z)")
 		manager   = flag.String("manager", "bin/manager", "static manager binary")
 		opm       = flag.String("opm", "", "opm binary for the catalog image")
+		probe     = flag.String("grpc-health-probe", "", "grpc_health_probe binary for the catalog image")
 		sdkTest   = flag.String("scorecard-test", "", "operator-sdk's scorecard-test binary")
 		ownTest   = flag.String("database-scorecard", "", "this project's scorecard test binary")
 		out       = flag.String("out", ".local/images", "OCI layout directory to write")
@@ -27,15 +28,15 @@ func main() {
 		pushHTTPS = flag.Bool("push-https", false, "push over HTTPS (default: plain HTTP, for a registry on loopback)")
 	)
 	flag.Parse()
-	if err := run(*version, *manager, *opm, *sdkTest, *ownTest, *out, *push, !*pushHTTPS); err != nil {
+	if err := run(*version, *manager, *opm, *probe, *sdkTest, *ownTest, *out, *push, !*pushHTTPS); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(version, manager, opm, sdkTest, ownTest, out, push string, insecure bool) error {
-	if version == "" || opm == "" || sdkTest == "" || ownTest == "" {
-		return fmt.Errorf("-version, -opm, -scorecard-test and -database-scorecard are required")
+func run(version, manager, opm, probe, sdkTest, ownTest, out, push string, insecure bool) error {
+	if version == "" || opm == "" || probe == "" || sdkTest == "" || ownTest == "" {
+		return fmt.Errorf("-version, -opm, -grpc-health-probe, -scorecard-test and -database-scorecard are required")
 	}
 	built := map[string]v1.Image{}
 	add := func(name string, img v1.Image, err error) error {
@@ -53,7 +54,7 @@ func run(version, manager, opm, sdkTest, ownTest, out, push string, insecure boo
 	if err := add("bundle", b, err); err != nil {
 		return err
 	}
-	c, err := images.Catalog("catalog", opm, version)
+	c, err := images.Catalog("catalog", opm, probe, version)
 	if err := add("catalog", c, err); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/operator-framework/operator-registry/alpha/template"
 	"github.com/operator-framework/operator-registry/alpha/template/basic"
 	"github.com/operator-framework/operator-registry/pkg/lib/config"
+	"sigs.k8s.io/yaml"
 )
 
 // BundleDirs maps a bundle image reference to the directory holding its content.
@@ -83,6 +84,9 @@ func LocalBundles(repo, current, currentVersion, released string) BundleDirs {
 			return "", fmt.Errorf("bundle image %s is not from %s", image, repo)
 		}
 		if tag == currentVersion {
+			if v, err := BundleVersion(current); err != nil || v != currentVersion {
+				return "", fmt.Errorf("bundle %s: %s holds version %q (%v), not %s: run make bundle", image, current, v, err, currentVersion)
+			}
 			return current, nil
 		}
 		dir := filepath.Join(released, "v"+tag)
@@ -91,4 +95,25 @@ func LocalBundles(repo, current, currentVersion, released string) BundleDirs {
 		}
 		return dir, nil
 	}
+}
+
+// BundleVersion reads the version of the CSV in a bundle directory.
+func BundleVersion(dir string) (string, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "manifests", "*.clusterserviceversion.yaml"))
+	if err != nil || len(paths) != 1 {
+		return "", fmt.Errorf("want one CSV in %s/manifests, found %d (%v)", dir, len(paths), err)
+	}
+	b, err := os.ReadFile(paths[0])
+	if err != nil {
+		return "", err
+	}
+	var csv struct {
+		Spec struct {
+			Version string `json:"version"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &csv); err != nil {
+		return "", fmt.Errorf("%s: %w", paths[0], err)
+	}
+	return csv.Spec.Version, nil
 }

@@ -14,10 +14,19 @@ const repo = "example.com/database-operator/bundle"
 
 func root(p string) string { return filepath.Join("..", "..", p) }
 
+func currentVersion(t *testing.T) string {
+	t.Helper()
+	v, err := BundleVersion(root("bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func renderProject(t *testing.T) *declcfg.DeclarativeConfig {
 	t.Helper()
 	cfg, err := Render(context.Background(), root("config/catalog/template.yaml"),
-		LocalBundles(repo, root("bundle"), "0.2.0", root("config/catalog/bundles")))
+		LocalBundles(repo, root("bundle"), currentVersion(t), root("config/catalog/bundles")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +99,13 @@ entries:
   - {schema: olm.channel, package: database-operator, name: stable, entries: [{name: database-operator.v9.9.9}]}
   - {schema: olm.bundle, image: `+repo+`:v9.9.9}
 `)
-	_, err := Render(context.Background(), tmpl, LocalBundles(repo, root("bundle"), "0.2.0", root("config/catalog/bundles")))
+	_, err := Render(context.Background(), tmpl, LocalBundles(repo, root("bundle"), currentVersion(t), root("config/catalog/bundles")))
 	if err == nil || !strings.Contains(err.Error(), "no released bundle") {
 		t.Errorf("a bundle with no content: %v", err)
+	}
+	// bundle/ generated for another version than the one being released.
+	if _, err := LocalBundles(repo, root("bundle"), "9.9.9", "")(repo + ":v9.9.9"); err == nil || !strings.Contains(err.Error(), "run make bundle") {
+		t.Errorf("a stale bundle/: %v", err)
 	}
 	_, err = LocalBundles(repo, "", "0.2.0", "")("elsewhere/bundle:v0.2.0")
 	if err == nil || !strings.Contains(err.Error(), "is not from") {

@@ -74,20 +74,24 @@ func Bundle(dir string) (v1.Image, error) {
 }
 
 // Catalog is the file-based catalog image: the catalog under /configs,
-// served by opm over gRPC.
-func Catalog(dir, opm, version string) (v1.Image, error) {
+// served by opm over gRPC, with grpc_health_probe, which OLM runs in the
+// catalog pod to know it serves.
+func Catalog(dir, opm, probe, version string) (v1.Image, error) {
 	files, err := ociimage.DirFiles(dir, "/configs")
 	if err != nil {
 		return nil, err
 	}
-	o, err := ociimage.Executable(opm, "/bin/opm")
-	if err != nil {
-		return nil, err
+	for src, dest := range map[string]string{opm: "/bin/opm", probe: "/bin/grpc_health_probe"} {
+		f, err := ociimage.Executable(src, dest)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
 	}
 	l := labels("database-operator-catalog", version)
 	l["operators.operatorframework.io.index.configs.v1"] = "/configs"
 	return ociimage.Build(ociimage.Spec{
-		Files:      append(files, o, ociimage.File{Path: "/tmp/", Mode: 0o1777}),
+		Files:      append(files, ociimage.File{Path: "/tmp/", Mode: 0o1777}),
 		Entrypoint: []string{"/bin/opm"},
 		Cmd:        []string{"serve", "/configs", "--cache-dir=/tmp/cache"},
 		User:       NonRoot,

@@ -135,7 +135,7 @@ func TestBundleAndCatalogThroughARegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	catalog, err := images.Catalog(root("catalog"), filepath.Join(sdk, "opm"), version)
+	catalog, err := images.Catalog(root("catalog"), filepath.Join(sdk, "opm"), filepath.Join(sdk, "grpc_health_probe"), version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +207,10 @@ func TestBundleAndCatalogThroughARegistry(t *testing.T) {
 	committed, _ := os.ReadFile(root("catalog/database-operator/catalog.yaml"))
 	if got := readFile(t, pulled, "/configs/database-operator/catalog.yaml"); !bytes.Equal(got, committed) {
 		t.Error("the catalog image's catalog differs from catalog/")
+	}
+	// OLM probes catalog pods with grpc_health_probe: it must be there.
+	if fs := files(t, pulled); fs["/bin/grpc_health_probe"] == nil || fs["/bin/opm"] == nil {
+		t.Error("the catalog image lacks /bin/opm or /bin/grpc_health_probe")
 	}
 	cf, _ := pulled.ConfigFile()
 	if cf.Config.Labels["operators.operatorframework.io.index.configs.v1"] != "/configs" || cf.Config.Entrypoint[0] != "/bin/opm" {

@@ -178,8 +178,18 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	// operator says it is not upgradeable.
 	srv.Stop()
 	serveCatalog(t, newer, port)
+	// OLM has seen the newer release and says why it waits...
+	var why string
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		why = csvPhase(ctx, cl, newerCSV) + " " + csvMessage(ctx, cl, newerCSV)
+		return strings.HasPrefix(why, "Pending OperatorConditionNotUpgradeable:"), nil
+	})
+	if err != nil {
+		t.Fatalf("OLM does not hold %s for the operator's condition: %s", newerCSV, why)
+	}
+	// ... and keeps waiting.
 	held := time.Now()
-	for time.Since(held) < 20*time.Second {
+	for time.Since(held) < 10*time.Second {
 		if phase := csvPhase(ctx, cl, newerCSV); phase == "Succeeded" {
 			t.Fatalf("OLM upgraded to %s while the operator reported Upgradeable=False", newerCSV)
 		}
