@@ -214,6 +214,9 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 			}
 		}
 	}
+	if err := r.recordPrimary(ctx, db, best.pod.Name); err != nil {
+		return fmt.Errorf("recording %s as the primary before promoting it: %w", best.pod.Name, err)
+	}
 	if err := best.inst.Promote(ctx); err != nil {
 		return fmt.Errorf("promoting %s: %w", best.pod.Name, err)
 	}

@@ -127,6 +127,11 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 		return fmt.Errorf("reading primary %s: %w", primary, err)
 	}
 	cmp, err := inst.Compare(st.Applied, pst.Applied)
+	if err != nil && !errors.Is(err, engine.ErrDiverged) {
+		// Positions that cannot be read are no evidence of divergence:
+		// never rebuild (which sets the data aside) on a parse error.
+		return fmt.Errorf("comparing %s (%s) with primary %s (%s): %w", pod.Name, st.Applied, primary, pst.Applied, err)
+	}
 	if err == nil && cmp <= 0 {
 		if err := inst.Follow(ctx, p.primaryEP, p.creds); err != nil {
 			return fmt.Errorf("re-pointing at %s: %w", primary, err)

@@ -72,7 +72,11 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	if err := waitReached(ctx, next, final.Applied); err != nil {
 		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err))
 	}
+	if err := r.recordPrimary(ctx, db, target); err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("recording %s as the primary: %w", target, err))
+	}
 	if err := next.Promote(ctx); err != nil {
+		// The topology names the target already; the retry promotes it.
 		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("promoting %s: %w", target, err))
 	}
 	obs.promoted = target

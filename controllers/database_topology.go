@@ -22,6 +22,10 @@ import (
 const (
 	topologyPrimaryKey = "primary"
 	topologyRebuildKey = "rebuild-" // + pod name; the value is a request token
+	// topologyInitializedKey is set once the Database has had a serving
+	// primary: from then on a primary without data is a lost volume, and
+	// the start scripts refuse to initialize an empty database in its place.
+	topologyInitializedKey = "initialized"
 )
 
 func topologyName(db *dbv1.Database) string { return db.Name + "-topology" }
@@ -56,6 +60,9 @@ func (r *DatabaseReconciler) reconcileTopology(ctx context.Context, db *dbv1.Dat
 // out on the volume), so a kept token costs nothing.
 func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) map[string]string {
 	want := map[string]string{topologyPrimaryKey: primaryName(db, obs)}
+	if db.Status.CurrentPrimary != "" {
+		want[topologyInitializedKey] = "true"
+	}
 	for k, v := range live {
 		if strings.HasPrefix(k, topologyRebuildKey) {
 			want[k] = v
@@ -65,6 +72,22 @@ func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) m
 		want[topologyRebuildKey+pod] = token
 	}
 	return want
+}
+
+// recordPrimary writes pod as the primary into the topology before it is
+// promoted: a pod that restarts from then on reads the new primary, and
+// never rewinds the promoted instance onto the old one.
+func (r *DatabaseReconciler) recordPrimary(ctx context.Context, db *dbv1.Database, pod string) error {
+	live := &corev1.ConfigMap{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading topology: %w", err)
+	}
+	want := desiredTopology(db, &observed{promoted: pod}, live.Data)
+	if maps.Equal(want, live.Data) {
+		return nil
+	}
+	return r.applyTopology(ctx, db, want)
 }
 
 func (r *DatabaseReconciler) applyTopology(ctx context.Context, db *dbv1.Database, data map[string]string) error {

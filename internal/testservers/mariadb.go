@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ type MariaDB struct {
 	server
 	Pod      string
 	ServerID int
+	ordinal  int
 	topo     *Topology
 }
 
@@ -85,7 +87,12 @@ func startMariaDBPrimary(t testing.TB, topo *Topology, pod string) *MariaDB {
 // directory, and waits until it takes connections.
 func StartMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
 	t.Helper()
-	m := &MariaDB{Pod: pod, ServerID: len(topo.Ports()) + 1, topo: topo}
+	ordinal, err := strconv.Atoi(pod[strings.LastIndex(pod, "-")+1:])
+	if err != nil {
+		t.Fatalf("pod %q has no ordinal", pod)
+	}
+	// The start script derives the server id from the ordinal, as in a pod.
+	m := &MariaDB{Pod: pod, ServerID: 1000 + ordinal, ordinal: ordinal, topo: topo}
 	m.Dir = scratchDir(t, nil)
 	m.Port = freePort(t)
 	topo.register(pod, m.Port)
@@ -106,7 +113,7 @@ func (m *MariaDB) Restart(t testing.TB) {
 	server := lookPath(t, []string{"mariadbd"}, "mariadb-server")
 	lookPath(t, []string{"mariadb-dump"}, "mariadb-client")
 	script := startScript(t, m.Dir, "mysql-start.sh")
-	env := append(m.topo.env(m.Pod), "ENGINE=mariadb", "DATADIR="+m.Data(),
+	env := append(m.topo.env(m.Pod), "ENGINE=mariadb", "DATADIR="+m.Data(), "POD_INDEX="+strconv.Itoa(m.ordinal),
 		"ROOT_PASSWORD="+MariaDBRootPassword, "MYSQLD_OPTS=--no-defaults --user=root")
 	name, args := "sh", []string{script}
 	if eat, err := exec.LookPath("eatmydata"); err == nil { // no fsync: 0.5 s to initialize instead of 4
@@ -115,7 +122,7 @@ func (m *MariaDB) Restart(t testing.TB) {
 	args = append(args, server, "--no-defaults", "--user=root", "--datadir="+m.Data(),
 		"--socket="+m.socket(), "--port="+strconv.Itoa(m.Port), "--bind-address=127.0.0.1",
 		"--pid-file="+filepath.Join(m.Dir, "mariadb.pid"), "--skip-name-resolve",
-		"--server-id="+strconv.Itoa(m.ServerID), "--log-bin=binlog", "--log-slave-updates=ON",
+		"--log-bin=binlog", "--log-slave-updates=ON",
 		"--binlog-format=ROW", "--gtid-strict-mode=ON", "--innodb-buffer-pool-size=32M",
 		"--innodb-flush-log-at-trx-commit=0", "--sync-binlog=0", "--skip-log-error")
 	m.start(t, nil, env, name, args...)

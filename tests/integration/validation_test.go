@@ -133,3 +133,18 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		t.Errorf("a MariaDB upgrade with storage growth was refused: %v", err)
 	}
 }
+
+// TestNameLengthIsBounded: a Database's instances are <name>-<ordinal> pods
+// of a StatefulSet; names that would not fit are refused up front.
+func TestNameLengthIsBounded(t *testing.T) {
+	ns := newNamespace(t)
+	long := database(ns, strings.Repeat("a", 53), dbv1.EnginePostgreSQL, 1)
+	err := testEnv.client.Create(context.Background(), long)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 52 characters") {
+		t.Errorf("a 53-character name: %v", err)
+	}
+	fits := database(ns, strings.Repeat("a", 52), dbv1.EnginePostgreSQL, 1)
+	if err := testEnv.client.Create(context.Background(), fits); err != nil {
+		t.Errorf("a 52-character name: %v", err)
+	}
+}

@@ -16,7 +16,8 @@
 # (or asks for a rebuild when it diverged). Then the container's arguments
 # are exec'd (the server, or the image's entrypoint with the server).
 #
-# Environment: ENGINE (mariadb or mysql), POD_NAME, DATADIR, ROOT_PASSWORD,
+# Environment: ENGINE (mariadb or mysql), POD_NAME, POD_INDEX (the ordinal:
+# server id 1000+POD_INDEX), DATADIR, ROOT_PASSWORD,
 # PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (key
 # "primary", keys "rebuild-<pod>" with a token), PRIMARY_HOST/PRIMARY_PORT
 # (override the primary's address; tests use them), MYSQLD_OPTS (options
@@ -119,16 +120,23 @@ clone() {
 	initialize
 	pw="$(quote "$ROOT_PASSWORD")"
 	h="$(quote "$host")"
+	# The dump goes to the volume first: a dump that stops half way must
+	# fail the clone, never load as if it were whole (sh has no pipefail).
+	dumpfile="$DATADIR.dump.sql"
 	if [ "$ENGINE" = mariadb ]; then
 		# --gtid with --master-data sets gtid_slave_pos to the snapshot's
 		# position; the accounts come along with the mysql schema.
+		$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
+			--gtid --master-data=1 --routines --triggers --events \
+			--ignore-table=mysql.gtid_slave_pos >"$dumpfile"
+		# Loaded without binary logging, so the replica's own GTID position
+		# is exactly the primary's; the privileges reload in the same session.
 		{
 			echo "SET SESSION sql_log_bin = 0;"
-			$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
-				--gtid --master-data=1 --routines --triggers --events \
-				--ignore-table=mysql.gtid_slave_pos
+			cat "$dumpfile"
 			echo "FLUSH PRIVILEGES;"
 		} | MYSQL_PWD="" sql
+		rm -f "$dumpfile"
 		sql <<-SQL
 			CHANGE MASTER TO MASTER_HOST = $h, MASTER_PORT = $port, MASTER_USER = 'root',
 			  MASTER_PASSWORD = $pw, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1;
@@ -136,11 +144,15 @@ clone() {
 	else
 		# The dump sets gtid_purged to the snapshot's GTID set; auto-position
 		# streams the rest.
-		MYSQL_PWD="" sql -e "RESET BINARY LOGS AND GTIDS"
 		$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
-			--set-gtid-purged=ON --routines --triggers --events | MYSQL_PWD="" sql
+			--set-gtid-purged=ON --routines --triggers --events >"$dumpfile"
+		{
+			echo "RESET BINARY LOGS AND GTIDS;"
+			cat "$dumpfile"
+			echo "FLUSH NO_WRITE_TO_BINLOG PRIVILEGES;"
+		} | MYSQL_PWD="" sql
+		rm -f "$dumpfile"
 		sql <<-SQL
-			FLUSH PRIVILEGES;
 			CHANGE REPLICATION SOURCE TO SOURCE_HOST = $h, SOURCE_PORT = $port, SOURCE_USER = 'root',
 			  SOURCE_PASSWORD = $pw, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1;
 		SQL
@@ -150,7 +162,15 @@ clone() {
 
 readonly_opt=""
 if [ "$POD_NAME" = "$primary" ]; then
-	has_data || init_primary
+	if ! has_data; then
+		# Once the Database has served, a primary without data is a lost or
+		# replaced volume: never answer it with a new, empty database.
+		if [ -n "$(cat "$topology/initialized" 2>/dev/null || true)" ]; then
+			log "the primary has no data but the Database was initialized: refusing to start an empty one (restore the volume, or let the operator promote a replica)"
+			exit 1
+		fi
+		init_primary
+	fi
 else
 	readonly_opt="--read-only=ON"
 	[ "$ENGINE" = mariadb ] || readonly_opt="--super-read-only=ON"
@@ -166,6 +186,11 @@ else
 fi
 rm -rf "$(dirname "$sock")"
 
+# Each instance needs its own server id for replication (and for GTIDs to
+# tell who wrote what): 1000 + the StatefulSet ordinal.
+server_id_opt=""
+[ -z "${POD_INDEX:-}" ] || server_id_opt="--server-id=$((1000 + POD_INDEX))"
+
 unset MYSQL_PWD
 # shellcheck disable=SC2086
-exec "$@" $relay_opts $readonly_opt
+exec "$@" $server_id_opt $relay_opts $readonly_opt

@@ -15,7 +15,8 @@
 #
 # Environment: POD_NAME, PGDATA, POSTGRES_USER, POSTGRES_PASSWORD,
 # PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (the operator's
-# topology ConfigMap: key "primary", keys "rebuild-<pod>" with a token),
+# topology ConfigMap: key "primary", keys "rebuild-<pod>" with a token, key
+# "initialized" once the Database has served),
 # PRIMARY_HOST/PRIMARY_PORT (override the primary's address; tests use
 # them), INITDB_EXTRA_ARGS, BASEBACKUP_EXTRA_ARGS.
 set -eu
@@ -71,6 +72,12 @@ clone() {
 }
 
 rewind() {
+	# An unreachable primary is no reason to touch the data: fail the start
+	# and let the kubelet retry.
+	if ! psql -h "$host" -p "$port" -U "$POSTGRES_USER" -d postgres -qAtc 'SELECT 1' >/dev/null; then
+		log "former primary: $primary ($host:$port) does not answer yet; not rewinding"
+		exit 1
+	fi
 	log "former primary: rewinding onto $primary ($host:$port)"
 	# pg_rewind reads the source's timeline from its control file, which a
 	# just-promoted primary updates at its first checkpoint: ask for it.
@@ -86,7 +93,15 @@ rewind() {
 }
 
 if [ "$POD_NAME" = "$primary" ]; then
-	has_data || init_primary
+	if ! has_data; then
+		# Once the Database has served, a primary without data is a lost or
+		# replaced volume: never answer it with a new, empty database.
+		if [ -n "$(cat "$topology/initialized" 2>/dev/null || true)" ]; then
+			log "the primary has no data but the Database was initialized: refusing to start an empty one (restore the volume, or let the operator promote a replica)"
+			exit 1
+		fi
+		init_primary
+	fi
 else
 	token="$(cat "$topology/rebuild-$POD_NAME" 2>/dev/null || true)"
 	if [ -n "$token" ] && [ "$token" != "$(cat "$volume/rebuilt" 2>/dev/null || true)" ]; then
