@@ -35,16 +35,8 @@ func topologyName(db *dbv1.Database) string { return db.Name + "-topology" }
 // phase found must start over: a former primary that must rewind, an
 // instance that must be rebuilt. Volumes are never touched.
 func (r *DatabaseReconciler) reconcileTopology(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	live := &corev1.ConfigMap{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading topology: %w", err)
-	}
-	want := desiredTopology(db, obs, live.Data)
-	if !maps.Equal(want, live.Data) {
-		if err := r.applyTopology(ctx, db, want); err != nil {
-			return err
-		}
+	if err := r.writeTopology(ctx, db, obs); err != nil {
+		return err
 	}
 	for _, pod := range obs.restart {
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
@@ -53,6 +45,28 @@ func (r *DatabaseReconciler) reconcileTopology(ctx context.Context, db *dbv1.Dat
 		r.event(db, corev1.EventTypeNormal, "InstanceRestarted", "Rejoin", "Restarted %s to %s", pod.Name, obs.restartWhy[pod.Name])
 	}
 	return nil
+}
+
+// recordPrimary writes pod as the primary into the topology before it is
+// promoted: a pod that restarts from then on reads the new primary, and
+// never rewinds the promoted instance onto the old one.
+func (r *DatabaseReconciler) recordPrimary(ctx context.Context, db *dbv1.Database, pod string) error {
+	return r.writeTopology(ctx, db, &observed{promoted: pod})
+}
+
+// writeTopology applies the topology obs calls for, when it differs from
+// the live one.
+func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	live := &corev1.ConfigMap{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading topology: %w", err)
+	}
+	want := desiredTopology(db, obs, live.Data)
+	if maps.Equal(want, live.Data) {
+		return nil
+	}
+	return r.applyTopology(ctx, db, want)
 }
 
 // desiredTopology is the primary plus every rebuild request, old ones kept:
@@ -72,22 +86,6 @@ func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) m
 		want[topologyRebuildKey+pod] = token
 	}
 	return want
-}
-
-// recordPrimary writes pod as the primary into the topology before it is
-// promoted: a pod that restarts from then on reads the new primary, and
-// never rewinds the promoted instance onto the old one.
-func (r *DatabaseReconciler) recordPrimary(ctx context.Context, db *dbv1.Database, pod string) error {
-	live := &corev1.ConfigMap{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading topology: %w", err)
-	}
-	want := desiredTopology(db, &observed{promoted: pod}, live.Data)
-	if maps.Equal(want, live.Data) {
-		return nil
-	}
-	return r.applyTopology(ctx, db, want)
 }
 
 func (r *DatabaseReconciler) applyTopology(ctx context.Context, db *dbv1.Database, data map[string]string) error {

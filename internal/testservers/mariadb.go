@@ -112,7 +112,7 @@ func (m *MariaDB) Restart(t testing.TB) {
 	t.Helper()
 	server := lookPath(t, []string{"mariadbd"}, "mariadb-server")
 	lookPath(t, []string{"mariadb-dump"}, "mariadb-client")
-	script := startScript(t, m.Dir, "mysql-start.sh")
+	script := StartScript(t, m.Dir, "mysql-start.sh")
 	env := append(m.topo.env(m.Pod), "ENGINE=mariadb", "DATADIR="+m.Data(), "POD_INDEX="+strconv.Itoa(m.ordinal),
 		"ROOT_PASSWORD="+MariaDBRootPassword, "MYSQLD_OPTS=--no-defaults --user=root")
 	name, args := "sh", []string{script}

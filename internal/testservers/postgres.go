@@ -104,7 +104,7 @@ func (p *Postgres) Restart(t testing.TB) { p.startServer(t) }
 
 func (p *Postgres) startServer(t testing.TB) {
 	t.Helper()
-	script := startScript(t, p.Dir, "postgres-start.sh")
+	script := StartScript(t, p.Dir, "postgres-start.sh")
 	env := append(p.topo.env(p.Pod),
 		"PATH="+p.bin+":"+os.Getenv("PATH"), "PGDATA="+p.Data(),
 		"POSTGRES_USER=postgres", "POSTGRES_PASSWORD="+p.Password,

@@ -91,18 +91,20 @@ func (tp *Topology) env(pod string) []string {
 	return env
 }
 
-// startScript writes the chart's start script into dir and returns its path.
-func startScript(t testing.TB, dir, name string) string {
+// StartScript writes the chart's start script name, and the topology.sh
+// it sources, into dir and returns the script's path.
+func StartScript(t testing.TB, dir, name string) string {
 	t.Helper()
-	b, err := helmcharts.Database.ReadFile("database/files/" + name)
-	if err != nil {
-		t.Fatalf("the chart has no %s: %v", name, err)
+	for _, f := range []string{"topology.sh", name} {
+		b, err := helmcharts.Database.ReadFile("database/files/" + f)
+		if err != nil {
+			t.Fatalf("the chart has no %s: %v", f, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return filepath.Join(dir, name)
 }
 
 // databaseName is the Database an instance pod belongs to.

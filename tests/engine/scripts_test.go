@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	helmcharts "example.com/database-operator/helm-charts"
+	"example.com/database-operator/internal/testservers"
 )
 
 // runScript runs one of the chart's start scripts in its own process group
@@ -18,14 +18,7 @@ import (
 // exit error.
 func runScript(t *testing.T, name string, env []string, args ...string) (string, error) {
 	t.Helper()
-	b, err := helmcharts.Database.ReadFile("database/files/" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(script, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	script := testservers.StartScript(t, t.TempDir(), name)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "sh", append([]string{script}, args...)...)
@@ -36,7 +29,7 @@ func runScript(t *testing.T, name string, env []string, args ...string) (string,
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second
-	err = cmd.Run()
+	err := cmd.Run()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	return out.String(), err
 }

@@ -25,7 +25,6 @@ import (
 // the read-write Service follows it, writes succeed there, every
 // acknowledged row is present, and the other replica follows the new primary.
 func TestPostgresFailover(t *testing.T) {
-	ctx := context.Background()
 	ns, db, primary, replicas := postgresDatabase(t, "pg")
 	for range 50 {
 		if err := pgExec(t, primary, "INSERT INTO orders (note) VALUES ('acknowledged')"); err != nil {
@@ -37,16 +36,7 @@ func TestPostgresFailover(t *testing.T) {
 	primary.Kill()
 	setPodReady(t, ns, "pg-0", false)
 
-	got := &dbv1.Database{}
-	eventually(t, 60*time.Second, "a replica promoted", func() string {
-		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
-			return err.Error()
-		}
-		if got.Status.LastFailover == nil || got.Status.CurrentPrimary == "pg-0" {
-			return fmt.Sprintf("primary %s, last failover %+v, conditions %+v", got.Status.CurrentPrimary, got.Status.LastFailover, got.Status.Conditions)
-		}
-		return ""
-	})
+	got := waitFailover(t, db, "pg-0")
 	newName := got.Status.CurrentPrimary
 	if got.Status.LastFailover.From != "pg-0" || got.Status.LastFailover.To != newName || got.Status.LastFailover.Reason == "" {
 		t.Errorf("failover record %+v", got.Status.LastFailover)
@@ -123,34 +113,13 @@ func waitRunningAtLeast(t testing.TB, db *dbv1.Database, n int32) {
 // servers in GTID replication: the furthest replica is promoted, the other
 // follows it, no acknowledged row is lost.
 func TestMariaDBFailover(t *testing.T) {
-	ctx := context.Background()
 	ns, db, servers := mariaDBWithServers(t, "maria")
-	for range 50 {
-		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('acknowledged')"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, 30*time.Second, "replicas caught up", func() string {
-		for i, r := range servers[1:] {
-			if n := mariaCount(t, r); n != 50 {
-				return fmt.Sprintf("replica %d has %d rows", i+1, n)
-			}
-		}
-		return ""
-	})
+	mariaWrite(t, servers[0], 50, "acknowledged")
+	waitReplicaRows(t, 50, servers[1:]...)
 
 	servers[0].Kill()
 	setPodReady(t, ns, "maria-0", false)
-	got := &dbv1.Database{}
-	eventually(t, 60*time.Second, "a replica promoted", func() string {
-		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
-			return err.Error()
-		}
-		if got.Status.LastFailover == nil || got.Status.CurrentPrimary == "maria-0" {
-			return fmt.Sprintf("primary %s, conditions %+v", got.Status.CurrentPrimary, got.Status.Conditions)
-		}
-		return ""
-	})
+	got := waitFailover(t, db, "maria-0")
 	idx := slices.Index([]string{"maria-1", "maria-2"}, got.Status.CurrentPrimary)
 	if idx < 0 {
 		t.Fatalf("promoted %q", got.Status.CurrentPrimary)
@@ -247,17 +216,8 @@ func TestFailoverLagBound(t *testing.T) {
 	ctx := context.Background()
 	ns, db, servers := mariaDBWithServers(t, "lag")
 	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](5) })
-	for range 10 {
-		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('replicated')"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, 30*time.Second, "replicas caught up", func() string {
-		if a, b := mariaCount(t, servers[1]), mariaCount(t, servers[2]); a != 10 || b != 10 {
-			return fmt.Sprintf("replicas have %d and %d rows", a, b)
-		}
-		return ""
-	})
+	mariaWrite(t, servers[0], 10, "replicated")
+	waitReplicaRows(t, 10, servers[1:]...)
 	// The replicas stop receiving; the primary takes 20 more transactions,
 	// and the operator samples its position (every 5 s while it is healthy).
 	for _, r := range servers[1:] {
@@ -265,11 +225,7 @@ func TestFailoverLagBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 20 {
-		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('not replicated')"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mariaWrite(t, servers[0], 20, "not replicated")
 	time.Sleep(7 * time.Second)
 	servers[0].Kill()
 	setPodReady(t, ns, "lag-0", false)
@@ -298,7 +254,7 @@ func TestFailoverLagBound(t *testing.T) {
 	})
 
 	updateSpec(t, db, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](1000) })
-	newName := waitFailover(t, db, "lag-0")
+	newName := waitFailover(t, db, "lag-0").Status.CurrentPrimary
 	newPrimary := servers[slices.Index([]string{"lag-0", "lag-1", "lag-2"}, newName)]
 	if n := mariaCount(t, newPrimary); n != 10 {
 		t.Errorf("new primary has %d rows, want the 10 it received", n)

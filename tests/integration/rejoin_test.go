@@ -33,7 +33,7 @@ func TestPostgresFormerPrimaryRejoins(t *testing.T) {
 	}
 	old.Kill()
 	setPodReady(t, ns, "pgre-0", false)
-	newName := waitFailover(t, db, "pgre-0")
+	newName := waitFailover(t, db, "pgre-0").Status.CurrentPrimary
 	newPrimary := replicas[slices.Index([]string{"pgre-1", "pgre-2"}, newName)]
 	if err := pgExec(t, newPrimary, "INSERT INTO orders (note) VALUES ('after failover')"); err != nil {
 		t.Fatal(err)
@@ -85,17 +85,8 @@ func TestPostgresFormerPrimaryRejoins(t *testing.T) {
 func TestMariaDBDivergedFormerPrimaryRebuilt(t *testing.T) {
 	ctx := context.Background()
 	ns, db, servers := mariaDBWithServers(t, "mdiv")
-	for range 10 {
-		if err := mariaExec(t, servers[0], "INSERT INTO shop.orders (note) VALUES ('acknowledged')"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	eventually(t, 30*time.Second, "replicas caught up", func() string {
-		if a, b := mariaCount(t, servers[1]), mariaCount(t, servers[2]); a != 10 || b != 10 {
-			return fmt.Sprintf("replicas have %d and %d rows", a, b)
-		}
-		return ""
-	})
+	mariaWrite(t, servers[0], 10, "acknowledged")
+	waitReplicaRows(t, 10, servers[1:]...)
 	for _, r := range servers[1:] {
 		if err := r.RootExec(ctx, "STOP SLAVE IO_THREAD"); err != nil {
 			t.Fatal(err)
@@ -111,7 +102,7 @@ func TestMariaDBDivergedFormerPrimaryRebuilt(t *testing.T) {
 		}
 	}
 	setPodReady(t, ns, "mdiv-0", false)
-	newName := waitFailover(t, db, "mdiv-0")
+	newName := waitFailover(t, db, "mdiv-0").Status.CurrentPrimary
 	newPrimary := servers[slices.Index([]string{"mdiv-0", "mdiv-1", "mdiv-2"}, newName)]
 	if err := mariaExec(t, newPrimary, "INSERT INTO shop.orders (note) VALUES ('after failover')"); err != nil {
 		t.Fatal(err)
@@ -144,8 +135,9 @@ func TestMariaDBDivergedFormerPrimaryRebuilt(t *testing.T) {
 	wantEvents(t, db, "FormerPrimaryFenced", "InstanceDiverged", "InstanceRestarted")
 }
 
-// waitFailover waits until a replica replaced from as primary and returns it.
-func waitFailover(t testing.TB, db *dbv1.Database, from string) string {
+// waitFailover waits until a replica has replaced from as the primary and
+// returns the Database as it then stands.
+func waitFailover(t testing.TB, db *dbv1.Database, from string) *dbv1.Database {
 	t.Helper()
 	got := &dbv1.Database{}
 	eventually(t, 60*time.Second, "a replica promoted", func() string {
@@ -153,11 +145,11 @@ func waitFailover(t testing.TB, db *dbv1.Database, from string) string {
 			return err.Error()
 		}
 		if got.Status.LastFailover == nil || got.Status.CurrentPrimary == from {
-			return fmt.Sprintf("primary %s, conditions %+v", got.Status.CurrentPrimary, got.Status.Conditions)
+			return fmt.Sprintf("primary %s, last failover %+v, conditions %+v", got.Status.CurrentPrimary, got.Status.LastFailover, got.Status.Conditions)
 		}
 		return ""
 	})
-	return got.Status.CurrentPrimary
+	return got
 }
 
 func podUID(t testing.TB, ns, name string) types.UID {

@@ -25,15 +25,8 @@
 set -eu
 
 : "${ENGINE:?}" "${POD_NAME:?}" "${DATADIR:?}" "${ROOT_PASSWORD:?}"
-topology="${TOPOLOGY_DIR:-/etc/database-operator/topology}"
-volume="$(dirname "$DATADIR")"
-
-log() { echo "mysql-start: $*" >&2; }
-
-primary="$(cat "$topology/primary" 2>/dev/null || true)"
-[ -n "$primary" ] || primary="${POD_NAME%-*}-0"
-host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"
-port="${PRIMARY_PORT:-3306}"
+log_name=mysql-start data="$DATADIR" default_port=3306
+. "$(dirname "$0")/topology.sh"
 
 if [ "$ENGINE" = mariadb ]; then
 	server=mariadbd client=mariadb dump=mariadb-dump admin=mariadb-admin
@@ -44,12 +37,6 @@ fi
 export MYSQL_PWD="$ROOT_PASSWORD"
 
 has_data() { [ -d "$DATADIR/mysql" ]; }
-
-set_aside() {
-	aside="$DATADIR.$1-$(date -u +%Y%m%dT%H%M%SZ)"
-	mv "$DATADIR" "$aside"
-	log "moved the data directory aside to $aside"
-}
 
 # Replication state written by the temporary server must be found by the
 # real one: fixed relay log names on both, whatever the host is called.
@@ -160,29 +147,15 @@ clone() {
 	finish
 }
 
+# A non-primary with data starts read-only; the operator re-points it, or
+# asks for a rebuild when it diverged.
+rejoin() { :; }
+
+prepare_data
 readonly_opt=""
-if [ "$POD_NAME" = "$primary" ]; then
-	if ! has_data; then
-		# Once the Database has served, a primary without data is a lost or
-		# replaced volume: never answer it with a new, empty database.
-		if [ -n "$(cat "$topology/initialized" 2>/dev/null || true)" ]; then
-			log "the primary has no data but the Database was initialized: refusing to start an empty one (restore the volume, or let the operator promote a replica)"
-			exit 1
-		fi
-		init_primary
-	fi
-else
+if [ "$POD_NAME" != "$primary" ]; then
 	readonly_opt="--read-only=ON"
 	[ "$ENGINE" = mariadb ] || readonly_opt="--super-read-only=ON"
-	token="$(cat "$topology/rebuild-$POD_NAME" 2>/dev/null || true)"
-	if [ -n "$token" ] && [ "$token" != "$(cat "$volume/rebuilt" 2>/dev/null || true)" ]; then
-		log "rebuild $token asked for by the operator"
-		! has_data || set_aside rebuild
-		clone
-		printf '%s\n' "$token" >"$volume/rebuilt"
-	elif ! has_data; then
-		clone
-	fi
 fi
 rm -rf "$(dirname "$sock")"
 

@@ -22,29 +22,14 @@
 set -eu
 
 : "${POD_NAME:?}" "${PGDATA:?}" "${POSTGRES_USER:?}" "${POSTGRES_PASSWORD:?}"
-topology="${TOPOLOGY_DIR:-/etc/database-operator/topology}"
-volume="$(dirname "$PGDATA")"
-
-log() { echo "postgres-start: $*" >&2; }
-
-primary="$(cat "$topology/primary" 2>/dev/null || true)"
-# Before the operator writes its topology, instance 0 is the first primary.
-[ -n "$primary" ] || primary="${POD_NAME%-*}-0"
-host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"
-port="${PRIMARY_PORT:-5432}"
+log_name=postgres-start data="$PGDATA" default_port=5432
+. "$(dirname "$0")/topology.sh"
 
 # The clients (initdb, pg_basebackup, pg_rewind) read the password from the
 # environment; it never reaches a command line.
 export PGPASSWORD="$POSTGRES_PASSWORD"
 
 has_data() { [ -s "$PGDATA/PG_VERSION" ]; }
-
-# set_aside keeps a data directory that may hold writes nobody else has.
-set_aside() {
-	aside="$PGDATA.$1-$(date -u +%Y%m%dT%H%M%SZ)"
-	mv "$PGDATA" "$aside"
-	log "moved the data directory aside to $aside"
-}
 
 init_primary() {
 	log "initializing a new primary"
@@ -92,29 +77,11 @@ rewind() {
 	clone
 }
 
-if [ "$POD_NAME" = "$primary" ]; then
-	if ! has_data; then
-		# Once the Database has served, a primary without data is a lost or
-		# replaced volume: never answer it with a new, empty database.
-		if [ -n "$(cat "$topology/initialized" 2>/dev/null || true)" ]; then
-			log "the primary has no data but the Database was initialized: refusing to start an empty one (restore the volume, or let the operator promote a replica)"
-			exit 1
-		fi
-		init_primary
-	fi
-else
-	token="$(cat "$topology/rebuild-$POD_NAME" 2>/dev/null || true)"
-	if [ -n "$token" ] && [ "$token" != "$(cat "$volume/rebuilt" 2>/dev/null || true)" ]; then
-		log "rebuild $token asked for by the operator"
-		! has_data || set_aside rebuild
-		clone
-		printf '%s\n' "$token" >"$volume/rebuilt"
-	elif ! has_data; then
-		clone
-	elif [ ! -f "$PGDATA/standby.signal" ]; then
-		rewind
-	fi
-fi
+# A standby has standby.signal; a former primary has not, and may hold WAL
+# the new primary never got.
+rejoin() { [ -f "$PGDATA/standby.signal" ] || rewind; }
+
+prepare_data
 
 unset PGPASSWORD
 exec postgres -D "$PGDATA" "$@"
