@@ -134,8 +134,8 @@ test-unit: ## Unit tests (no cluster).
 
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
-	@BIN=$$(hack/build-tools.sh cluster); \
-	LOCAL_CLUSTER_BIN="$$BIN" go test $(GOTEST_FLAGS) -count=1 -timeout 30m ./tests/engine/... ./tests/integration/... ./tests/localcluster/... -v 2>&1 | \
+	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 30m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/localcluster/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 FAILOVER_RUNS ?= 5
@@ -143,6 +143,11 @@ FAILOVER_RUNS ?= 5
 bench-failover: ## Time from primary loss to the first write through -rw, p50/p95 per engine (real servers).
 	@BIN=$$(hack/build-tools.sh cluster); \
 	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench BenchmarkFailover -benchtime=$(FAILOVER_RUNS)x -timeout 30m ./tests/integration/
+
+.PHONY: bench-backup
+bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to a directory (real servers).
+	@S3=$$(hack/build-tools.sh s3); \
+	VERSITYGW_BIN="$$S3" go test -run '^$$' -bench BenchmarkBackupRestore -benchtime=1x -timeout 30m ./tests/backup/
 
 .PHONY: bench
 bench: ## Benchmarks (render, apply decision); prints figures.

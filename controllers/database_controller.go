@@ -9,6 +9,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -91,7 +92,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Switchover", r.reconcileSwitchover},
 		{"Rejoin", r.reconcileRejoin},
 		{"Topology", r.reconcileTopology},
+		{"Restore", r.reconcileRestore},
 		{"Roles", r.reconcileRoles},
+		{"Backup", r.reconcileBackupSchedule},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
 			obs.failedPhase, obs.err = p.name, err
@@ -100,6 +103,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 	}
 	if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
+		obs.failedPhase, obs.err = "Observe", err
+	}
+	if err := r.observeBackups(ctx, db, obs); err != nil && obs.err == nil {
 		obs.failedPhase, obs.err = "Observe", err
 	}
 
@@ -188,7 +194,9 @@ func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Owns(k.obj)
 	}
 	return b.Owns(&corev1.Secret{}).
+		Owns(&batchv1.Job{}). // the restore Job
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToDatabase)).
+		Watches(&dbv1.Backup{}, handler.EnqueueRequestsFromMapFunc(backupToDatabase)).
 		Complete(r)
 }
 
@@ -199,4 +207,14 @@ func podToDatabase(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: l[labelInstance]}}}
+}
+
+// backupToDatabase maps a Backup to the Database it backs up (its status
+// shows the latest backup's outcome).
+func backupToDatabase(_ context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*dbv1.Backup)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database.Name}}}
 }

@@ -41,6 +41,10 @@ func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Databa
 		}
 		role := roleReplica
 		if pod.Name == primary {
+			if obs.restoring {
+				// No read-write endpoint before the backup is loaded.
+				continue
+			}
 			role = rolePrimary
 		}
 		if pod.Labels[labelRole] == role {

@@ -37,8 +37,27 @@ type observed struct {
 	restartWhy map[string]string
 	rebuild    map[string]string
 
+	// Backups: the latest finished Backup, when the latest completed one
+	// finished, and the schedule time of a Backup created in this reconcile.
+	lastBackup           *dbv1.Backup
+	lastSuccessfulBackup *metav1.Time
+	lastScheduledBackup  *metav1.Time
+
+	// Restore (spec.bootstrap): restoring is true until the backup is
+	// loaded (the primary gets no read-write role meanwhile); restored is
+	// the Restored condition to set.
+	restoring bool
+	restored  *metav1.Condition
+
 	failedPhase string // the reconcile phase that failed, if any
 	err         error  // what it failed with
+}
+
+// requeueWithin asks for the next reconcile within d.
+func (o *observed) requeueWithin(d time.Duration) {
+	if d > 0 && (o.requeue == 0 || d < o.requeue) {
+		o.requeue = d
+	}
 }
 
 func (o *observed) restartPod(pod *corev1.Pod, why string) {
@@ -133,6 +152,19 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 			fmt.Sprintf("%d/%d instances ready", ready, desired))
 	}
 
+	// A Database bootstrapped from a backup is Ready only once it was restored.
+	if obs.restored != nil {
+		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
+	}
+	if obs.restoring {
+		reason, msg := ReasonRestoring, "the bootstrap backup is not loaded yet"
+		if obs.restored != nil {
+			reason, msg = obs.restored.Reason, obs.restored.Message
+		}
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	}
+	backupStatus(&st, db, obs)
+
 	// Progressing
 	if progressing {
 		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionTrue, progressReason, progressMsg)
@@ -160,6 +192,10 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 		st.Phase = dbv1.PhaseDeleting
 	case obs.err != nil && ready == 0:
 		st.Phase = dbv1.PhaseFailed
+	case obs.restoring && obs.restored != nil && obs.restored.Reason == ReasonRestoreFailed:
+		st.Phase = dbv1.PhaseFailed
+	case obs.restoring:
+		st.Phase = dbv1.PhaseProvisioning
 	case obs.err != nil:
 		st.Phase = dbv1.PhaseDegraded
 	case obs.statefulSet == nil:

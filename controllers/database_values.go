@@ -74,6 +74,9 @@ type ValueOptions struct {
 	// RELATED_IMAGE_* environment (see ImagesFromEnv); a Database's own
 	// spec.image still wins. Unlisted versions use the chart's images.
 	Images map[string]string
+	// OperatorImage is the operator's own image (RELATED_IMAGE_MANAGER):
+	// backup and restore Jobs take the manager binary from it.
+	OperatorImage string
 }
 
 // relatedImagePrefix marks the environment variables OLM lists as the

@@ -1,9 +1,11 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -13,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	"github.com/operator-framework/operator-lib/conditions"
@@ -47,7 +50,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		&corev1.Secret{}: {Label: ours},
 		&corev1.Pod{}:    {Label: ours},
 	}
-	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}} {
+	for _, o := range []client.Object{&appsv1.StatefulSet{}, &corev1.Service{}, &corev1.ConfigMap{}, &policyv1.PodDisruptionBudget{}, &networkingv1.NetworkPolicy{}, &batchv1.Job{}} {
 		byObject[o] = cache.ByObject{Label: ours}
 	}
 	opts := cache.Options{ByObject: byObject}
@@ -76,6 +79,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Resolve == nil {
 		opts.Resolve = PodIPResolver
 	}
+	if err := indexBackups(context.Background(), mgr); err != nil {
+		return fmt.Errorf("indexing Backups: %w", err)
+	}
 	renderer, err := chart.Load(helmcharts.Database, "database")
 	if err != nil {
 		return err
@@ -92,6 +98,21 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Database controller: %w", err)
+	}
+	backupMetrics, err := NewBackupMetrics(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	br := &BackupReconciler{
+		Client:        client.WithFieldOwner(mgr.GetClient(), FieldOwner),
+		APIReader:     mgr.GetAPIReader(),
+		Scheme:        mgr.GetScheme(),
+		Recorder:      mgr.GetEventRecorder("database-operator"),
+		OperatorImage: opts.Values.OperatorImage,
+		Metrics:       backupMetrics,
+	}
+	if err := br.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the Backup controller: %w", err)
 	}
 	if opts.Upgradeable != nil {
 		u := &UpgradeableReporter{Reader: mgr.GetClient(), Conditions: opts.Upgradeable}

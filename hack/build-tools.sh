@@ -10,6 +10,9 @@
 #        builds operator-sdk, scorecard-test, opm, grpc_health_probe and OLM
 #        (olm, catalog, CRDs)
 #        and prints their bin dir
+#        hack/build-tools.sh s3
+#        builds versitygw (the S3 server the backup storage tests run
+#        against) and prints its bin dir (not part of the default set)
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -39,6 +42,17 @@ build() { # build DIR OUT PKG [LDFLAGS]
 	mv "$bin/$out.tmp" "$bin/$out"
 	step "built $out in $((SECONDS - start))s"
 }
+
+# The S3 test server has its own directory, keyed by its own version.
+if [[ "${1:-}" == s3 ]]; then
+	vgw_ver="$(modver versitygw github.com/versity/versitygw)"
+	bin="$cache/bin/versitygw-$vgw_ver"
+	mkdir -p "$bin"
+	vgw_ld="-X main.Version=$vgw_ver -X main.Build=$vgw_ver"
+	build versitygw versitygw github.com/versity/versitygw/cmd/versitygw "$vgw_ld"
+	echo "$bin"
+	exit 0
+fi
 
 # OLM tooling has its own directory, keyed by its own versions.
 if [[ "${1:-}" == olm ]]; then

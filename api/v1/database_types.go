@@ -35,6 +35,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="has(self.version) || !has(oldSelf.version)",message="version cannot be removed once set",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="self.engine != 'postgresql' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version",message="PostgreSQL major version cannot change in place (the data directory needs pg_upgrade); restore a backup into a new Database instead",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version || (oldSelf.version == '10.11' && self.version in ['11.4', '11.8']) || (oldSelf.version == '11.4' && self.version == '11.8')",message="MariaDB version cannot be downgraded: its data files are not backward compatible",fieldPath=.version
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap only applies when a Database is created and cannot be added, changed or removed; restore into a new Database instead",fieldPath=.bootstrap
 type DatabaseSpec struct {
 	// Engine is the database server: postgresql, mysql or mariadb. It cannot
 	// change after creation.
@@ -91,6 +92,15 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9]+$`
 	Primary string `json:"primary,omitempty"`
+
+	// Backup configures backups: target, schedule, retention.
+	// +optional
+	Backup *BackupPolicy `json:"backup,omitempty"`
+
+	// Bootstrap creates the Database from a backup (restore, or a clone of
+	// another Database). It only applies at creation and cannot change.
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 }
 
 // FailoverSpec says when the operator replaces a failed primary.
@@ -174,6 +184,14 @@ const (
 	// ConditionDegraded is True when the Database serves but not as asked
 	// (fewer ready instances than replicas), or a reconcile phase failed.
 	ConditionDegraded = "Degraded"
+	// ConditionLastBackupSucceeded is True when the latest finished backup
+	// completed, False when it failed or was skipped; absent before the
+	// first backup.
+	ConditionLastBackupSucceeded = "LastBackupSucceeded"
+	// ConditionRestored, on a Database bootstrapped from a backup, is True
+	// once the backup was verified and loaded; until then the Database is
+	// not Ready and has no read-write endpoint.
+	ConditionRestored = "Restored"
 )
 
 // Endpoints are the in-cluster addresses clients connect to.
@@ -241,6 +259,15 @@ type DatabaseStatus struct {
 	// LastFailover is the most recent automatic failover.
 	// +optional
 	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
+
+	// LastSuccessfulBackup is when the latest completed backup finished.
+	// +optional
+	LastSuccessfulBackup *metav1.Time `json:"lastSuccessfulBackup,omitempty"`
+
+	// LastScheduledBackup is the schedule time of the latest backup the
+	// schedule started (or skipped).
+	// +optional
+	LastScheduledBackup *metav1.Time `json:"lastScheduledBackup,omitempty"`
 }
 
 // Database is a PostgreSQL, MySQL or MariaDB database the operator runs: one

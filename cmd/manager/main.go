@@ -18,13 +18,34 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"example.com/database-operator/controllers"
+	"example.com/database-operator/internal/backup"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := dispatch(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "database-operator:", err)
 		os.Exit(1)
 	}
+}
+
+// dispatch runs a subcommand (the programs backup and restore Jobs run
+// from this same binary) or, by default, the manager.
+func dispatch(args []string) error {
+	if len(args) > 0 {
+		ctx := ctrl.SetupSignalHandler()
+		switch args[0] {
+		case "backup":
+			return backup.BackupCommand(ctx, args[1:], os.Stderr)
+		case "restore":
+			return backup.RestoreCommand(ctx, args[1:], os.Stderr)
+		case "copy-binary":
+			if len(args) != 2 {
+				return fmt.Errorf("usage: copy-binary DESTINATION")
+			}
+			return backup.CopyBinary(args[1])
+		}
+	}
+	return run(args)
 }
 
 func run(args []string) error {
@@ -93,7 +114,8 @@ func run(args []string) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	opts := controllers.Options{Values: controllers.ValueOptions{
-		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controllers.ImagesFromEnv(os.Environ())}}
+		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controllers.ImagesFromEnv(os.Environ()),
+		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}}
 	// OLM names the operator's OperatorCondition in the Deployment it
 	// manages; without it (a kustomize install) there is nothing to report to.
 	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {

@@ -107,6 +107,13 @@ type Instance interface {
 	// WAL for PostgreSQL, transactions for MySQL and MariaDB; 0 when it is
 	// not behind.
 	Lag(replica, primary Position) (int64, error)
+	// ServerVersion is the server's version string (PostgreSQL
+	// server_version, MySQL/MariaDB VERSION()).
+	ServerVersion(ctx context.Context) (string, error)
+	// Databases lists the databases a backup holds, sorted: every database
+	// that accepts connections except templates (PostgreSQL), every schema
+	// except the server's own (MySQL/MariaDB).
+	Databases(ctx context.Context) ([]string, error)
 	// Close ends the connection.
 	Close() error
 }

@@ -300,3 +300,41 @@ func (m *mysqlFamily) Compare(a, b Position) (int, error) { return m.d.compare(a
 func (m *mysqlFamily) Lag(replica, primary Position) (int64, error) {
 	return m.d.lag(replica.GTID, primary.GTID)
 }
+
+func (m *mysqlFamily) ServerVersion(ctx context.Context) (string, error) {
+	var v string
+	if err := m.db.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&v); err != nil {
+		return "", fmt.Errorf("%s %s: reading server version: %w", m.d.name(), m.ep, err)
+	}
+	return v, nil
+}
+
+// systemSchema reports the server's own schemas: not part of a logical
+// backup (mysql holds the users, including the operator's superuser, whose
+// password differs in the Database a backup is restored into).
+func systemSchema(name string) bool {
+	switch name {
+	case "mysql", "information_schema", "performance_schema", "sys":
+		return true
+	}
+	return false
+}
+
+func (m *mysqlFamily) Databases(ctx context.Context) ([]string, error) {
+	rows, err := m.db.QueryContext(ctx, `SELECT schema_name FROM information_schema.schemata ORDER BY schema_name`)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: listing databases: %w", m.d.name(), m.ep, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		if !systemSchema(n) {
+			names = append(names, n)
+		}
+	}
+	return names, rows.Err()
+}

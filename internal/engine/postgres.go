@@ -279,3 +279,23 @@ func poll(ctx context.Context, interval time.Duration, check func() (bool, error
 		}
 	}
 }
+
+func (p *postgres) ServerVersion(ctx context.Context) (string, error) {
+	var v string
+	if err := p.conn.QueryRow(ctx, `SHOW server_version`).Scan(&v); err != nil {
+		return "", fmt.Errorf("PostgreSQL %s: reading server version: %w", p.ep, err)
+	}
+	return v, nil
+}
+
+func (p *postgres) Databases(ctx context.Context) ([]string, error) {
+	rows, err := p.conn.Query(ctx, `SELECT datname FROM pg_database WHERE datallowconn AND NOT datistemplate ORDER BY datname`)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL %s: listing databases: %w", p.ep, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL %s: listing databases: %w", p.ep, err)
+	}
+	return names, nil
+}

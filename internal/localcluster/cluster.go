@@ -49,6 +49,11 @@ type Options struct {
 	// CRDDirs hold CRD manifests to install before the controller manager
 	// starts, so its garbage collector knows those kinds from the start.
 	CRDDirs []string
+	// KeepRunning names pods, by the value of their app.kubernetes.io/name
+	// label, that kwok makes Running but never completes even when a Job
+	// owns them: a test plays their kubelet (runs their command and writes
+	// the outcome into the pod's status).
+	KeepRunning []string
 }
 
 // Cluster is a running local control plane.
@@ -203,7 +208,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	// kwok: simulated nodes, pods and volume provisioning.
-	stages, err := c.writeStages(filepath.Join(opts.BinDir, "kwok-stages"))
+	stages, err := c.writeStages(filepath.Join(opts.BinDir, "kwok-stages"), opts.KeepRunning)
 	if err != nil {
 		return c, err
 	}
@@ -272,7 +277,7 @@ func (c *Cluster) writeKubeconfig(server string) error {
 
 // writeStages joins kwok's Stage documents into one config file (kwok has no
 // built-in stages, and a KwokConfiguration document beside them fails).
-func (c *Cluster) writeStages(stageDir string) (string, error) {
+func (c *Cluster) writeStages(stageDir string, keepRunning []string) (string, error) {
 	files, err := filepath.Glob(filepath.Join(stageDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return "", fmt.Errorf("no kwok stages in %s: %v", stageDir, err)
@@ -283,10 +288,24 @@ func (c *Cluster) writeStages(stageDir string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		docs = append(docs, strings.TrimSpace(string(b)))
+		doc := strings.TrimSpace(string(b))
+		if filepath.Base(f) == "pod-complete.yaml" && len(keepRunning) > 0 {
+			doc = strings.Replace(doc, "    matchExpressions:\n", "    matchExpressions:\n"+notNamed(keepRunning), 1)
+		}
+		docs = append(docs, doc)
 	}
 	out := filepath.Join(c.Dir, "kwok-stages.yaml")
 	return out, os.WriteFile(out, []byte(strings.Join(docs, "\n---\n")+"\n"), 0o644)
+}
+
+// notNamed is a kwok selector expression that leaves out pods whose
+// app.kubernetes.io/name label is one of names.
+func notNamed(names []string) string {
+	out := "    - key: '.metadata.labels[\"app.kubernetes.io/name\"]'\n      operator: 'NotIn'\n      values:\n"
+	for _, n := range names {
+		out += "      - '" + n + "'\n"
+	}
+	return out
 }
 
 func (c *Cluster) createNodesAndStorage(ctx context.Context, cs kubernetes.Interface, n int) error {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -41,6 +42,8 @@ type env struct {
 	servers *serverRegistry
 	// operatorCondition is where the operator reports Upgradeable.
 	operatorCondition types.NamespacedName
+	// jobs runs the backup and restore Jobs' pods.
+	jobs *jobRunner
 }
 
 // serverRegistry maps instance pods (simulated by kwok) to real database
@@ -91,7 +94,10 @@ func run(m *testing.M) int {
 	// The CRDs go in before the controller manager starts, so its garbage
 	// collector knows the Database kind from the start (it rediscovers kinds
 	// only every 30 s).
-	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir, CRDDirs: []string{"../../config/crd/bases"}})
+	// Backup and restore Job pods are run by the test (jobRunner), not
+	// completed by kwok.
+	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir, CRDDirs: []string{"../../config/crd/bases"},
+		KeepRunning: []string{controllers.JobAppName}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
 		return 1
@@ -138,7 +144,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	if err := controllers.Setup(mgr, controllers.Options{
-		Values:      controllers.ValueOptions{OperatorNamespace: "database-operator-system"},
+		Values:      controllers.ValueOptions{OperatorNamespace: "database-operator-system", OperatorImage: "example.com/database-operator/manager:test"},
 		Resolve:     servers.resolve,
 		Upgradeable: controllers.NamespacedConditions{Client: userClient, Key: condKey},
 	}); err != nil {
@@ -148,7 +154,16 @@ func run(m *testing.M) int {
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
 
-	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey}
+	// The Jobs' program is the manager binary, built as the image has it.
+	manager := filepath.Join(dir, "manager")
+	if out, err := exec.Command("go", "build", "-o", manager, "../../cmd/manager").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the manager: %v\n%s", err, out)
+		return 1
+	}
+	jobs := newJobRunner(userClient, manager, servers, dir)
+	go jobs.loop(ctx)
+
+	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey, jobs: jobs}
 	code := m.Run()
 	cancel()
 	if err := <-mgrDone; err != nil {

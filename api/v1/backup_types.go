@@ -1,0 +1,322 @@
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CronSchedulePattern is what spec.backup.schedule must match: five cron
+// fields (minute hour day-of-month month day-of-week, each a value, range,
+// list or step within its bounds) or a descriptor such as @daily. The CEL
+// rule on BackupPolicy repeats it (markers cannot reference Go); a unit test
+// keeps the two equal and checks the pattern against the cron parser the
+// operator schedules with.
+const CronSchedulePattern = `^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|([*]|[1-5]?[0-9](-[1-5]?[0-9])?|[*]/[0-9]+|[1-5]?[0-9](-[1-5]?[0-9])?/[0-9]+)(,([*]|[1-5]?[0-9](-[1-5]?[0-9])?|[*]/[0-9]+|[1-5]?[0-9](-[1-5]?[0-9])?/[0-9]+))* +([*]|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?|[*]/[0-9]+|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?/[0-9]+)(,([*]|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?|[*]/[0-9]+|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?/[0-9]+))* +([*]|[?]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?|[*]/[0-9]+|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?/[0-9]+)(,([*]|[?]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?|[*]/[0-9]+|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?/[0-9]+))* +([*]|([1-9]|1[0-2]|[A-Za-z]{3})(-([1-9]|1[0-2]|[A-Za-z]{3}))?|[*]/[0-9]+)(,([*]|([1-9]|1[0-2]|[A-Za-z]{3})(-([1-9]|1[0-2]|[A-Za-z]{3}))?|[*]/[0-9]+))* +([*]|[?]|([0-6]|[A-Za-z]{3})(-([0-6]|[A-Za-z]{3}))?|[*]/[0-9]+)(,([*]|[?]|([0-6]|[A-Za-z]{3})(-([0-6]|[A-Za-z]{3}))?|[*]/[0-9]+))*)$`
+
+// BackupPolicy is a Database's backup configuration: where backups go, when
+// they are taken and how many are kept.
+// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || self.schedule.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|([*]|[1-5]?[0-9](-[1-5]?[0-9])?|[*]/[0-9]+|[1-5]?[0-9](-[1-5]?[0-9])?/[0-9]+)(,([*]|[1-5]?[0-9](-[1-5]?[0-9])?|[*]/[0-9]+|[1-5]?[0-9](-[1-5]?[0-9])?/[0-9]+))* +([*]|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?|[*]/[0-9]+|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?/[0-9]+)(,([*]|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?|[*]/[0-9]+|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?/[0-9]+))* +([*]|[?]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?|[*]/[0-9]+|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?/[0-9]+)(,([*]|[?]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?|[*]/[0-9]+|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?/[0-9]+))* +([*]|([1-9]|1[0-2]|[A-Za-z]{3})(-([1-9]|1[0-2]|[A-Za-z]{3}))?|[*]/[0-9]+)(,([*]|([1-9]|1[0-2]|[A-Za-z]{3})(-([1-9]|1[0-2]|[A-Za-z]{3}))?|[*]/[0-9]+))* +([*]|[?]|([0-6]|[A-Za-z]{3})(-([0-6]|[A-Za-z]{3}))?|[*]/[0-9]+)(,([*]|[?]|([0-6]|[A-Za-z]{3})(-([0-6]|[A-Za-z]{3}))?|[*]/[0-9]+))*)$')",messageExpression="'schedule ' + self.schedule + ' is not a valid cron expression: give five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat), for example 0 3 * * * for 03:00 every day, or one of @hourly, @daily, @weekly, @monthly, @yearly'",fieldPath=.schedule
+type BackupPolicy struct {
+	// Schedule is when backups are taken, in cron syntax (UTC), for example
+	// "0 3 * * *". Empty: only on-demand backups (Backup objects).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Schedule string `json:"schedule,omitempty"`
+
+	// Suspend stops scheduled backups without forgetting the schedule.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// Target is where backups are written.
+	// +optional
+	Target BackupTarget `json:"target,omitempty"`
+
+	// Retention says which completed backups are kept.
+	// +optional
+	Retention BackupRetention `json:"retention,omitempty"`
+
+	// DeadlineSeconds bounds how long one backup may run before it is
+	// stopped and reported failed. Default 3600.
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=604800
+	// +optional
+	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
+}
+
+// BackupRetention bounds the completed backups kept at the target. Old
+// backups are deleted only after a newer one succeeded, so a run of failures
+// never deletes the last good backup. Neither set: every backup is kept.
+type BackupRetention struct {
+	// KeepLast keeps at most this many completed backups.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	KeepLast *int32 `json:"keepLast,omitempty"`
+
+	// MaxAge deletes completed backups older than this: a number and a unit,
+	// h (hours), d (days) or w (weeks), for example "30d".
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[1-9][0-9]{0,4}[hdw]$')",messageExpression="'maxAge ' + self + ' is not a positive duration: write a number and h, d or w, for example 30d'"
+	// +kubebuilder:validation:MaxLength=8
+	// +optional
+	MaxAge string `json:"maxAge,omitempty"`
+}
+
+// BackupTarget is where backups are written: a PersistentVolumeClaim (the
+// default when nothing is set) or an S3-compatible bucket.
+// +kubebuilder:validation:XValidation:rule="!(has(self.volume) && has(self.s3))",message="choose one backup target: volume or s3, not both"
+type BackupTarget struct {
+	// Volume writes backups to a PersistentVolumeClaim.
+	// +optional
+	Volume *VolumeTarget `json:"volume,omitempty"`
+
+	// S3 writes backups to a bucket of an S3-compatible object store.
+	// +optional
+	S3 *S3Target `json:"s3,omitempty"`
+}
+
+// VolumeTarget is a PersistentVolumeClaim that holds backups.
+type VolumeTarget struct {
+	// ClaimName names an existing claim in the Database's namespace. Empty:
+	// the operator creates "<database>-backups" with the size and class
+	// below (and, like the data volumes, never deletes it on its own).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName,omitempty"`
+
+	// Size of the claim the operator creates. Default: the Database's storage size.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the claim the operator creates (default: the
+	// cluster's default class).
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// S3Target is a bucket of an S3-compatible object store.
+type S3Target struct {
+	// Endpoint is host[:port] or an http(s) URL of the object store; HTTPS
+	// unless the URL says http://.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Endpoint string `json:"endpoint"`
+
+	// Bucket must exist.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// Prefix is prepended to every object name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Prefix string `json:"prefix,omitempty"`
+
+	// Region of the bucket. Default us-east-1.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+
+	// ForcePathStyle addresses the bucket as endpoint/bucket rather than
+	// bucket.endpoint (most self-hosted object stores need it).
+	// +optional
+	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+
+	// CredentialsSecret names a Secret in the Database's namespace with the
+	// access key ID and secret access key.
+	CredentialsSecret S3Credentials `json:"credentialsSecret"`
+
+	// CASecret names a Secret with the PEM CA bundle that signs the
+	// endpoint's certificate, when it is not publicly trusted.
+	// +optional
+	CASecret *SecretKeyRef `json:"caSecret,omitempty"`
+}
+
+// S3Credentials locate the keys in a Secret.
+type S3Credentials struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// AccessKeyIDKey is the Secret key holding the access key ID. Default "accessKeyId".
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	AccessKeyIDKey string `json:"accessKeyIdKey,omitempty"`
+	// SecretAccessKeyKey is the Secret key holding the secret access key. Default "secretAccessKey".
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+}
+
+// SecretKeyRef is one key of a Secret in the same namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key in the Secret. Default "ca.crt".
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// BootstrapSpec creates a Database from a backup instead of empty: the
+// first instance is initialized, the backup is verified (checksums) and
+// loaded, and only then is the Database reported Ready and given a
+// read-write endpoint. Restoring into a new Database is also how a database
+// is cloned.
+// +kubebuilder:validation:XValidation:rule="has(self.backup) != has(self.source)",message="bootstrap needs exactly one of backup (a Backup's name) or source (a backup's location)"
+type BootstrapSpec struct {
+	// Backup names a completed Backup in this namespace.
+	// +optional
+	Backup *LocalObjectReference `json:"backup,omitempty"`
+
+	// Source locates a backup directly, for one taken by another Database
+	// (or in another cluster) whose Backup object is not here.
+	// +optional
+	Source *BackupSource `json:"source,omitempty"`
+}
+
+// BackupSource is a backup's location: a target and the path in it.
+type BackupSource struct {
+	// Target holds the backup.
+	Target BackupTarget `json:"target"`
+	// Path is the backup's path in the target (a Backup's status.path).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.startsWith('/')",message="path must be relative to the target and must not contain '..'"
+	Path string `json:"path"`
+}
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// BackupSpec is one backup of a Database, asked for now.
+type BackupSpec struct {
+	// Database names the Database (same namespace) to back up.
+	Database LocalObjectReference `json:"database"`
+
+	// Target overrides the Database's spec.backup.target for this backup.
+	// +optional
+	Target *BackupTarget `json:"target,omitempty"`
+
+	// DeadlineSeconds bounds how long the backup may run (default: the
+	// Database's spec.backup.deadlineSeconds, else 3600).
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=604800
+	// +optional
+	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
+}
+
+// BackupPhase is where a Backup is in its life.
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed;Skipped
+type BackupPhase string
+
+const (
+	// BackupPending: waiting to start (another backup of the Database runs,
+	// or no instance is ready).
+	BackupPending BackupPhase = "Pending"
+	// BackupRunning: the backup Job runs.
+	BackupRunning BackupPhase = "Running"
+	// BackupCompleted: the backup and its manifest are at the target.
+	BackupCompleted BackupPhase = "Completed"
+	// BackupFailed: the backup did not complete; reason and message say why.
+	BackupFailed BackupPhase = "Failed"
+	// BackupSkipped: a scheduled backup that did not run because the
+	// previous one was still running.
+	BackupSkipped BackupPhase = "Skipped"
+)
+
+// Finished reports whether the phase is final.
+func (p BackupPhase) Finished() bool {
+	return p == BackupCompleted || p == BackupFailed || p == BackupSkipped
+}
+
+// BackupStatus is what happened to a Backup.
+type BackupStatus struct {
+	// Phase is Pending, Running, Completed, Failed or Skipped.
+	// +optional
+	Phase BackupPhase `json:"phase,omitempty"`
+	// Reason is a CamelCase word for the phase (for Failed: why).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what happened, for humans.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartedAt is when the backup Job started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// CompletedAt is when the backup finished (either way).
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// Engine and Version of the server backed up.
+	// +optional
+	Engine Engine `json:"engine,omitempty"`
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Instance is the pod the backup was taken from (a replica when one was healthy).
+	// +optional
+	Instance string `json:"instance,omitempty"`
+	// Job is the Job that runs the backup.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Location is where the backup is, for humans (file:// or s3:// URL).
+	// +optional
+	Location string `json:"location,omitempty"`
+	// Path is the backup's path in its target; spec.bootstrap.source.path takes it.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// Size is the backup's size in bytes.
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// Checksum is the SHA-256 of the backup's files (see its manifest).
+	// +optional
+	Checksum string `json:"checksum,omitempty"`
+	// Position is the engine's position the backup is consistent with: a
+	// PostgreSQL WAL location or a MySQL/MariaDB GTID set.
+	// +optional
+	Position string `json:"position,omitempty"`
+}
+
+// Backup is one backup of a Database. Create one to back up now; the
+// operator creates them on the Database's schedule. Deleting a Backup object
+// keeps its data at the target; retention deletes both.
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it names the backup's Job"
+// +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="a Backup's spec cannot change; create another Backup"
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=all
+// +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.database.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.size`
+// +kubebuilder:printcolumn:name="Position",type=string,JSONPath=`.status.position`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,priority=1
+// +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.status.completedAt`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Backup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what to back up and where.
+	Spec BackupSpec `json:"spec"`
+	// Status is what happened.
+	// +optional
+	Status BackupStatus `json:"status,omitempty"`
+}
+
+// BackupList is a list of Backups.
+// +kubebuilder:object:root=true
+type BackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Backup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Backup{}, &BackupList{})
+}

@@ -1,0 +1,138 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// Scheduled backups: the operator creates a Backup object at each schedule
+// time rather than owning a CronJob. Every run is then a Backup with a
+// status from the moment it is due (a skipped run too), retention works on
+// one kind of record, and the Backup reconciler is the one path from Job to
+// status for scheduled and on-demand backups alike.
+
+// missedWindow bounds how far back a schedule looks for a missed run (the
+// operator was down): only the latest missed run is taken, as CronJobs do.
+const missedWindow = 24 * time.Hour
+
+// cronSchedule parses spec.backup.schedule the way the API's rule checks it.
+func cronSchedule(s string) (cron.Schedule, error) {
+	return cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor).Parse(s)
+}
+
+// dueRun is the latest schedule time in (last, now], zero when none, and
+// the first schedule time after now.
+func dueRun(s cron.Schedule, last, now time.Time) (due, next time.Time) {
+	if floor := now.Add(-missedWindow); last.Before(floor) {
+		last = floor
+	}
+	for t := s.Next(last); !t.After(now); t = s.Next(t) {
+		due = t
+	}
+	return due, s.Next(now)
+}
+
+// scheduledBackupName names the Backup of a schedule time: the same name
+// for the same run, so a retried reconcile never takes two backups.
+func scheduledBackupName(db *dbv1.Database, at time.Time) string {
+	prefix := db.Name
+	if len(prefix) > 38 {
+		prefix = prefix[:38]
+	}
+	return prefix + "-" + at.UTC().Format("200601021504")
+}
+
+// reconcileBackupSchedule creates the Backup of a schedule time that came.
+func (r *DatabaseReconciler) reconcileBackupSchedule(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	p := db.Spec.Backup
+	if p == nil || p.Schedule == "" || p.Suspend {
+		return nil
+	}
+	sched, err := cronSchedule(p.Schedule)
+	if err != nil {
+		return fmt.Errorf("spec.backup.schedule %q: %w", p.Schedule, err)
+	}
+	now := r.now()
+	last := db.CreationTimestamp.Time
+	if db.Status.LastScheduledBackup != nil {
+		last = db.Status.LastScheduledBackup.Time
+	}
+	due, next := dueRun(sched, last, now)
+	obs.requeueWithin(next.Sub(now))
+	if due.IsZero() {
+		return nil
+	}
+	b := &dbv1.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: scheduledBackupName(db, due), Namespace: db.Namespace,
+			Labels: map[string]string{labelDatabase: db.Name, labelScheduled: "true", labelManagedBy: managedBy}},
+		Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: db.Name}},
+	}
+	// No owner reference: a Backup outlives its Database (it is how the
+	// Database is restored after deletion).
+	if err := r.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating scheduled Backup %s: %w", b.Name, err)
+	}
+	t := metav1.NewTime(due)
+	obs.lastScheduledBackup = &t
+	r.event(db, corev1.EventTypeNormal, "BackupScheduled", "Backup", "Created Backup %s for the schedule time %s", b.Name, due.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// observeBackups finds the Database's latest finished Backup and its latest
+// completed one, for the LastBackupSucceeded condition.
+func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	list := &dbv1.BackupList{}
+	if err := r.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingFields{backupDatabaseIndex: db.Name}); err != nil {
+		return fmt.Errorf("listing Backups: %w", err)
+	}
+	for i := range list.Items {
+		b := &list.Items[i]
+		if !b.Status.Phase.Finished() || b.Status.CompletedAt == nil {
+			continue
+		}
+		if obs.lastBackup == nil || b.Status.CompletedAt.After(obs.lastBackup.Status.CompletedAt.Time) {
+			obs.lastBackup = b
+		}
+		if b.Status.Phase == dbv1.BackupCompleted && (obs.lastSuccessfulBackup == nil || b.Status.CompletedAt.After(obs.lastSuccessfulBackup.Time)) {
+			obs.lastSuccessfulBackup = b.Status.CompletedAt
+		}
+	}
+	return nil
+}
+
+// backupStatus sets LastBackupSucceeded and lastSuccessfulBackup from what
+// observeBackups found; before the first finished backup there is no
+// condition.
+func backupStatus(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed) {
+	if obs.lastScheduledBackup != nil {
+		st.LastScheduledBackup = obs.lastScheduledBackup
+	}
+	if obs.lastSuccessfulBackup != nil {
+		st.LastSuccessfulBackup = obs.lastSuccessfulBackup
+	}
+	b := obs.lastBackup
+	if b == nil {
+		return
+	}
+	when := b.Status.CompletedAt.UTC().Format(time.RFC3339)
+	if b.Status.Phase == dbv1.BackupCompleted {
+		setCondition(st, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, ReasonBackupCompleted,
+			fmt.Sprintf("backup %s completed at %s: %d bytes at %s", b.Name, when, b.Status.Size, b.Status.Location))
+		return
+	}
+	reason := b.Status.Reason
+	if reason == "" {
+		reason = string(b.Status.Phase)
+	}
+	setCondition(st, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, reason,
+		fmt.Sprintf("backup %s %s at %s: %s", b.Name, map[dbv1.BackupPhase]string{dbv1.BackupFailed: "failed", dbv1.BackupSkipped: "was skipped"}[b.Status.Phase], when, b.Status.Message))
+}

@@ -1,0 +1,326 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"time"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/engine"
+)
+
+// Server is the instance a backup is taken from or restored into.
+type Server struct {
+	Engine   dbv1.Engine
+	Host     string
+	Port     int
+	User     string
+	Password string
+}
+
+func (s Server) endpoint() engine.Endpoint { return engine.Endpoint{Host: s.Host, Port: s.Port} }
+
+// Options describe one backup.
+type Options struct {
+	Server Server
+	Store  storage.Store
+	// Namespace, Database and Name place the backup at
+	// Path(Namespace, Database, Name) and go into its manifest.
+	Namespace, Database, Name string
+	// Instance is the pod backed up, for the manifest.
+	Instance string
+	// Retention is applied after the backup completed.
+	Retention Retention
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Reasons a backup or restore fails; they become the Backup's
+// status.reason and the Database's condition reason.
+const (
+	ReasonDatabaseUnreachable = "DatabaseUnreachable"
+	ReasonDumpFailed          = "DumpFailed"
+	ReasonTargetFailed        = "TargetFailed"
+	ReasonCorrupt             = "BackupCorrupt"
+	ReasonLoadFailed          = "LoadFailed"
+	ReasonInvalid             = "InvalidBackup"
+)
+
+// Error is a failure with the reason a Backup reports.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func fail(reason string, format string, args ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf is the reason of a backup or restore error.
+func ReasonOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ReasonDumpFailed
+}
+
+// Run takes a backup: it dumps the server's databases into the target,
+// each file streamed through SHA-256, then writes the manifest, then applies
+// retention. On failure it removes what it wrote.
+func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	dir := Path(o.Namespace, o.Database, o.Name)
+	m := &Manifest{Format: FormatVersion, Engine: o.Server.Engine, Namespace: o.Namespace, Database: o.Database,
+		Backup: o.Name, Instance: o.Instance, StartedAt: now().UTC()}
+
+	inst, err := engine.Open(ctx, o.Server.Engine, o.Server.endpoint(), engine.Credentials{User: o.Server.User, Password: o.Server.Password}, engine.Options{})
+	if err != nil {
+		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+	}
+	defer inst.Close()
+	if m.Version, err = inst.ServerVersion(ctx); err != nil {
+		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+	}
+	databases, err := inst.Databases(ctx)
+	if err != nil {
+		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+	}
+	// The position before the dump starts: the dump's snapshot is at least
+	// this far (MySQL/MariaDB dumps record their exact GTID; see below).
+	st, err := inst.Status(ctx)
+	if err != nil {
+		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+	}
+	m.Position = positionString(o.Server.Engine, st.Applied)
+
+	written := func() []string {
+		var keys []string
+		for _, f := range m.Files {
+			keys = append(keys, dir+"/"+f.Name)
+		}
+		return keys
+	}
+	cleanup := func() {
+		// Best effort with a fresh context: the run's may be what ended.
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for _, k := range written() {
+			_ = o.Store.Delete(c, k)
+		}
+	}
+
+	for _, job := range dumpJobs(o.Server, databases) {
+		f, head, err := dumpFile(ctx, o.Store, dir, job, o.Server)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		m.Files = append(m.Files, f)
+		if gtid := dumpGTID(head); gtid != "" {
+			m.Position = gtid
+		}
+	}
+	m.CompletedAt = now().UTC()
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if _, err := o.Store.Put(ctx, dir+"/"+ManifestName, bytes.NewReader(b)); err != nil {
+		cleanup()
+		return nil, nil, fail(ReasonTargetFailed, "writing the manifest: %w", err)
+	}
+	pruned, err := Prune(ctx, o.Store, o.Namespace, o.Database, o.Name, o.Retention, now())
+	if err != nil {
+		// The backup itself is good; retention retries after the next one.
+		return m, pruned, fmt.Errorf("backup completed, but retention failed: %w", err)
+	}
+	return m, pruned, nil
+}
+
+func positionString(e dbv1.Engine, p engine.Position) string {
+	if e == dbv1.EnginePostgreSQL {
+		if p.LSN == 0 {
+			return ""
+		}
+		return p.LSN.String()
+	}
+	return p.GTID
+}
+
+// dumpJob is one file of a backup and the command that produces it.
+type dumpJob struct {
+	file File
+	cmd  []string
+}
+
+// dumpJobs lists the commands a backup runs. PostgreSQL: the globals, then
+// one custom-format dump per database (each its own consistent snapshot).
+// MySQL/MariaDB: one dump of every user schema in a single transaction, with
+// the GTID position it is consistent with.
+func dumpJobs(s Server, databases []string) []dumpJob {
+	host, port := "--host="+s.Host, "--port="+strconv.Itoa(s.Port)
+	switch s.Engine {
+	case dbv1.EnginePostgreSQL:
+		jobs := []dumpJob{{file: File{Name: "globals.sql", Kind: KindGlobals},
+			cmd: []string{"pg_dumpall", host, port, "--username=" + s.User, "--no-password", "--globals-only"}}}
+		for i, db := range databases {
+			jobs = append(jobs, dumpJob{file: File{Name: fmt.Sprintf("db-%04d.dump", i+1), Database: db, Kind: KindPGDump},
+				cmd: []string{"pg_dump", host, port, "--username=" + s.User, "--no-password", "--format=custom", "--dbname=" + db}})
+		}
+		return jobs
+	case dbv1.EngineMySQL:
+		cmd := []string{"mysqldump", host, port, "--user=" + s.User, "--protocol=tcp", "--single-transaction",
+			"--set-gtid-purged=ON", "--source-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
+		return []dumpJob{{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)}}
+	default:
+		cmd := []string{"mariadb-dump", host, port, "--user=" + s.User, "--protocol=tcp", "--single-transaction",
+			"--gtid", "--master-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
+		return []dumpJob{{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)}}
+	}
+}
+
+// withDatabases names the schemas to dump. With none there is nothing to
+// run: the file says so, and restores to an empty server.
+func withDatabases(cmd []string, databases []string) []string {
+	if len(databases) == 0 {
+		return nil
+	}
+	return append(append(cmd, "--databases"), databases...)
+}
+
+// emptyDump is the dump of a server without user schemas.
+const emptyDump = "-- database-operator: the server had no user schemas when this backup was taken\n"
+
+// headSize is how much of a dump's start is kept to find its GTID.
+const headSize = 64 << 10
+
+// dumpFile runs one dump command and streams its output into the target
+// under dir/name, hashing and counting it on the way.
+func dumpFile(ctx context.Context, store storage.Store, dir string, job dumpJob, s Server) (File, []byte, error) {
+	if job.cmd == nil {
+		n, err := store.Put(ctx, dir+"/"+job.file.Name, bytes.NewReader([]byte(emptyDump)))
+		if err != nil {
+			return File{}, nil, fail(ReasonTargetFailed, "writing %s to the backup target: %w", job.file.Name, err)
+		}
+		sum := sha256.Sum256([]byte(emptyDump))
+		f := job.file
+		f.Size, f.SHA256 = n, hex.EncodeToString(sum[:])
+		return f, nil, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, job.cmd[0], job.cmd[1:]...)
+	cmd.Env = clientEnv(s)
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return File{}, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return File{}, nil, fail(ReasonDumpFailed, "starting %s: %w", job.cmd[0], err)
+	}
+	h := sha256.New()
+	head := &headBuffer{max: headSize}
+	n, putErr := store.Put(ctx, dir+"/"+job.file.Name, io.TeeReader(out, io.MultiWriter(h, head)))
+	if putErr != nil {
+		cancel() // stop the dump: nowhere to write it
+	}
+	waitErr := cmd.Wait()
+	switch {
+	case waitErr != nil && putErr == nil:
+		_ = store.Delete(context.WithoutCancel(ctx), dir+"/"+job.file.Name)
+		return File{}, nil, fail(classifyDump(stderr.String()), "%s %s failed: %v: %s", job.cmd[0], what(job), waitErr, stderr.String())
+	case putErr != nil:
+		return File{}, nil, fail(ReasonTargetFailed, "writing %s to the backup target: %w", job.file.Name, putErr)
+	}
+	f := job.file
+	f.Size, f.SHA256 = n, hex.EncodeToString(h.Sum(nil))
+	return f, head.Bytes(), nil
+}
+
+func what(job dumpJob) string {
+	if job.file.Database != "" {
+		return "of database " + strconv.Quote(job.file.Database)
+	}
+	return "(" + job.file.Name + ")"
+}
+
+// classifyDump tells a server that could not be reached or logged into from
+// other dump failures.
+func classifyDump(stderr string) string {
+	if connectionFailure.MatchString(stderr) {
+		return ReasonDatabaseUnreachable
+	}
+	return ReasonDumpFailed
+}
+
+var connectionFailure = regexp.MustCompile(`(?i)connection (to server .* failed|refused)|could not connect|can't connect|got error: 20(0[0-9]|1[0-9]|4[0-9])|access denied|password authentication failed|no route to host|timed out`)
+
+// clientEnv passes the password to the client tools through the
+// environment, never on their command line.
+func clientEnv(s Server) []string {
+	return []string{"PATH=" + os.Getenv("PATH"), "PGPASSWORD=" + s.Password, "MYSQL_PWD=" + s.Password, "PGCONNECT_TIMEOUT=10", "LC_ALL=C"}
+}
+
+var mariaGTID = regexp.MustCompile(`(?m)^-- SET GLOBAL gtid_slave_pos\s*=\s*'([^']*)'`)
+var mysqlGTID = regexp.MustCompile(`(?m)^SET @@GLOBAL\.GTID_PURGED\s*=\s*(?:/\*!80000 '\+'\*/\s*)?'([^']*)'`)
+
+// dumpGTID finds the GTID position a MySQL/MariaDB dump is consistent with.
+func dumpGTID(head []byte) string {
+	if m := mariaGTID.FindSubmatch(head); m != nil {
+		return string(m[1])
+	}
+	if m := mysqlGTID.FindSubmatch(head); m != nil {
+		return string(bytes.ReplaceAll(m[1], []byte("\n"), nil))
+	}
+	return ""
+}
+
+// tailBuffer keeps the last max bytes written (a tool's stderr).
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(bytes.TrimSpace(t.b)) }
+
+// headBuffer keeps the first max bytes written.
+type headBuffer struct {
+	max int
+	bytes.Buffer
+}
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	if room := h.max - h.Len(); room > 0 {
+		h.Buffer.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}

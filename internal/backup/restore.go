@@ -1,0 +1,186 @@
+package backup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+
+	"example.com/database-operator/internal/backup/storage"
+)
+
+// RestoreOptions describe one restore.
+type RestoreOptions struct {
+	// Server is the fresh instance the backup is loaded into.
+	Server Server
+	Store  storage.Store
+	// Path is the backup's directory in the target.
+	Path string
+	// Scratch is a directory for the downloaded files (an emptyDir in the
+	// Job): every file is downloaded and verified before anything is loaded.
+	Scratch string
+}
+
+// ReadManifest reads and validates a backup's manifest.
+func ReadManifest(ctx context.Context, store storage.Store, dir string) (*Manifest, error) {
+	r, err := store.Get(ctx, dir+"/"+ManifestName)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil, fail(ReasonInvalid, "no backup at %s: its manifest is missing (an unfinished or deleted backup?)", store.Location(dir))
+		}
+		return nil, fail(ReasonTargetFailed, "reading the manifest of %s: %w", store.Location(dir), err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, 16<<20))
+	if err != nil {
+		return nil, fail(ReasonTargetFailed, "reading the manifest of %s: %w", store.Location(dir), err)
+	}
+	m, err := parseManifest(b)
+	if err == nil {
+		err = m.Validate()
+	}
+	if err != nil {
+		return nil, fail(ReasonInvalid, "%s: %w", store.Location(dir), err)
+	}
+	return m, nil
+}
+
+// Restore verifies a backup and loads it. Every file is downloaded and its
+// size and SHA-256 checked against the manifest first; a corrupt or
+// incomplete backup is refused before the server is touched. The backup
+// itself is only read.
+func Restore(ctx context.Context, o RestoreOptions) (*Manifest, error) {
+	m, err := ReadManifest(ctx, o.Store, o.Path)
+	if err != nil {
+		return nil, err
+	}
+	// A MariaDB dump loads into MariaDB, a MySQL dump into MySQL.
+	if m.Engine != o.Server.Engine {
+		return nil, fail(ReasonInvalid, "%s is a %s backup and cannot be restored into %s", o.Store.Location(o.Path), m.Engine, o.Server.Engine)
+	}
+	local := make([]string, len(m.Files))
+	for i, f := range m.Files {
+		if local[i], err = download(ctx, o.Store, o.Path, f, o.Scratch); err != nil {
+			return nil, err
+		}
+	}
+	for i, f := range m.Files {
+		if err := load(ctx, o.Server, f, local[i]); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// download copies one file of a backup to dir and verifies it.
+func download(ctx context.Context, store storage.Store, path string, f File, dir string) (string, error) {
+	r, err := store.Get(ctx, path+"/"+f.Name)
+	if err != nil {
+		if errors.Is(err, storage.ErrNotFound) {
+			return "", fail(ReasonCorrupt, "backup %s is incomplete: %s is missing; nothing was restored", store.Location(path), f.Name)
+		}
+		return "", fail(ReasonTargetFailed, "reading %s: %w", store.Location(path+"/"+f.Name), err)
+	}
+	defer r.Close()
+	local := filepath.Join(dir, f.Name)
+	out, err := os.Create(local)
+	if err != nil {
+		return "", fail(ReasonLoadFailed, "scratch space: %w", err)
+	}
+	defer out.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), r)
+	if err != nil {
+		return "", fail(ReasonTargetFailed, "downloading %s: %w", store.Location(path+"/"+f.Name), err)
+	}
+	if err := out.Close(); err != nil {
+		return "", fail(ReasonLoadFailed, "scratch space: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != f.Size || got != f.SHA256 {
+		return "", fail(ReasonCorrupt, "backup %s is corrupt: %s has %d bytes with SHA-256 %s, the manifest says %d bytes with %s; nothing was restored",
+			store.Location(path), f.Name, n, got, f.Size, f.SHA256)
+	}
+	return local, nil
+}
+
+// load runs the client tool that loads one verified file.
+func load(ctx context.Context, s Server, f File, local string) error {
+	host, port := "--host="+s.Host, "--port="+strconv.Itoa(s.Port)
+	var cmd []string
+	var stdin io.Reader
+	switch f.Kind {
+	case KindGlobals:
+		// Roles other than the connecting superuser's: its password is the
+		// new Database's own (from its credentials Secret), not the source's.
+		b, err := os.ReadFile(local)
+		if err != nil {
+			return fail(ReasonLoadFailed, "%w", err)
+		}
+		stdin = bytes.NewReader(withoutRole(b, s.User))
+		cmd = []string{"psql", host, port, "--username=" + s.User, "--no-password", "--dbname=postgres", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1"}
+	case KindPGDump:
+		cmd = []string{"pg_restore", host, port, "--username=" + s.User, "--no-password", "--exit-on-error"}
+		if f.Database == "postgres" {
+			// The database exists in every fresh server: load into it.
+			cmd = append(cmd, "--dbname=postgres", "--clean", "--if-exists")
+		} else {
+			cmd = append(cmd, "--create", "--dbname=postgres")
+		}
+		cmd = append(cmd, local)
+	case KindSQL:
+		client := "mariadb"
+		if s.Engine == "mysql" {
+			client = "mysql"
+		}
+		in, err := os.Open(local)
+		if err != nil {
+			return fail(ReasonLoadFailed, "%w", err)
+		}
+		defer in.Close()
+		stdin = bufio.NewReaderSize(in, 1<<20)
+		cmd = []string{client, host, port, "--user=" + s.User, "--protocol=tcp", "--binary-mode"}
+	default:
+		return fail(ReasonInvalid, "backup file %s has an unknown kind %q", f.Name, f.Kind)
+	}
+	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+	c.Env = clientEnv(s)
+	c.Stdin = stdin
+	stderr := &tailBuffer{max: 4 << 10}
+	c.Stderr, c.Stdout = stderr, io.Discard
+	if err := c.Run(); err != nil {
+		return fail(classifyLoad(stderr.String()), "loading %s %s: %s failed: %v: %s", f.Name, what(dumpJob{file: f}), cmd[0], err, stderr.String())
+	}
+	return nil
+}
+
+func classifyLoad(stderr string) string {
+	if connectionFailure.MatchString(stderr) {
+		return ReasonDatabaseUnreachable
+	}
+	return ReasonLoadFailed
+}
+
+// withoutRole drops the statements of pg_dumpall's globals that create or
+// alter one role.
+func withoutRole(globals []byte, role string) []byte {
+	re := regexp.MustCompile(`^(CREATE|ALTER) ROLE "?` + regexp.QuoteMeta(role) + `"?( |;)`)
+	var out bytes.Buffer
+	for _, line := range bytes.SplitAfter(globals, []byte("\n")) {
+		if !re.Match(line) {
+			out.Write(line)
+		}
+	}
+	return out.Bytes()
+}
+
+// String makes an error's reason visible in logs.
+func (e *Error) String() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }

@@ -1,0 +1,72 @@
+package backup
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Result is what a backup or restore Job reports to the operator, as its
+// container's termination message (Kubernetes keeps up to 4096 bytes of it
+// in the pod's status): no access to the target or the database is needed
+// to learn the outcome.
+type Result struct {
+	Succeeded bool   `json:"succeeded"`
+	Reason    string `json:"reason,omitempty"`
+	Message   string `json:"message,omitempty"`
+
+	Location    string    `json:"location,omitempty"`
+	Path        string    `json:"path,omitempty"`
+	Version     string    `json:"version,omitempty"`
+	Position    string    `json:"position,omitempty"`
+	Size        int64     `json:"size,omitempty"`
+	Checksum    string    `json:"checksum,omitempty"`
+	StartedAt   time.Time `json:"startedAt,omitzero"`
+	CompletedAt time.Time `json:"completedAt,omitzero"`
+	// Pruned names the backups retention deleted.
+	Pruned []string `json:"pruned,omitempty"`
+}
+
+// MaxResultSize is the termination message limit.
+const MaxResultSize = 4096
+
+// Encode marshals r to at most MaxResultSize bytes, shortening the message
+// and the pruned list when needed (the operator finds any backup left out
+// of Pruned gone at the next retention run).
+func (r Result) Encode() []byte {
+	for {
+		b, _ := json.Marshal(r)
+		if len(b) <= MaxResultSize {
+			return b
+		}
+		switch {
+		case len(r.Pruned) > 0:
+			r.Pruned = r.Pruned[:len(r.Pruned)/2]
+		case len(r.Message) > 200:
+			r.Message = r.Message[:len(r.Message)/2] + "…"
+		default:
+			r.Message = ""
+			r.Location = ""
+		}
+	}
+}
+
+// DecodeResult parses a termination message.
+func DecodeResult(b []byte) (Result, error) {
+	var r Result
+	err := json.Unmarshal(b, &r)
+	return r, err
+}
+
+// ResultOf is the Result of a finished backup.
+func ResultOf(m *Manifest, location string, pruned []string, err error) Result {
+	if m == nil {
+		return Result{Reason: ReasonOf(err), Message: err.Error()}
+	}
+	r := Result{Succeeded: true, Reason: "Completed", Location: location, Path: Path(m.Namespace, m.Database, m.Backup),
+		Version: m.Version, Position: m.Position, Size: m.Size(), Checksum: m.Checksum(),
+		StartedAt: m.StartedAt, CompletedAt: m.CompletedAt, Pruned: pruned}
+	if err != nil {
+		r.Message = err.Error() // retention failed; the backup is good
+	}
+	return r
+}

@@ -1,0 +1,96 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"example.com/database-operator/internal/backup/storage"
+)
+
+// Retention bounds the completed backups kept. Zero values keep everything.
+type Retention struct {
+	KeepLast int
+	MaxAge   time.Duration
+}
+
+// ParseMaxAge reads spec.backup.retention.maxAge: a number and h, d or w.
+func ParseMaxAge(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	unit := map[byte]time.Duration{'h': time.Hour, 'd': 24 * time.Hour, 'w': 7 * 24 * time.Hour}[s[len(s)-1]]
+	n, err := strconv.Atoi(s[:len(s)-1])
+	if unit == 0 || err != nil || n <= 0 {
+		return 0, fmt.Errorf("maxAge %q is not a positive duration such as 30d, 12h or 2w", s)
+	}
+	return time.Duration(n) * unit, nil
+}
+
+// Prune applies retention to a Database's backups at a target, right after
+// the backup named keep completed: it is never deleted, and it counts
+// towards KeepLast. A backup is deleted manifest first, so a half-deleted
+// one is never taken for a complete backup. Prune returns the names of the
+// backups it deleted.
+func Prune(ctx context.Context, store storage.Store, namespace, database, keep string, r Retention, now time.Time) ([]string, error) {
+	if r.KeepLast <= 0 && r.MaxAge <= 0 {
+		return nil, nil
+	}
+	prefix := Path(namespace, database, "") + "/"
+	keys, err := store.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("listing backups at %s: %w", store.Location(prefix), err)
+	}
+	var backups []*Manifest
+	for _, k := range keys {
+		if path.Base(k) != ManifestName || path.Dir(path.Dir(k))+"/" != prefix {
+			continue
+		}
+		m, err := ReadManifest(ctx, store, path.Dir(k))
+		if err != nil {
+			continue // not ours to judge; left alone
+		}
+		backups = append(backups, m)
+	}
+	// Newest first.
+	slices.SortFunc(backups, func(a, b *Manifest) int { return b.CompletedAt.Compare(a.CompletedAt) })
+	var pruned []string
+	kept := 0
+	for _, m := range backups {
+		if m.Backup == keep {
+			kept++
+			continue
+		}
+		tooMany := r.KeepLast > 0 && kept+1 > r.KeepLast
+		tooOld := r.MaxAge > 0 && now.Sub(m.CompletedAt) > r.MaxAge
+		if !tooMany && !tooOld {
+			kept++
+			continue
+		}
+		dir := Path(namespace, database, m.Backup)
+		if err := deleteBackup(ctx, store, dir, m); err != nil {
+			return pruned, err
+		}
+		pruned = append(pruned, m.Backup)
+	}
+	return pruned, nil
+}
+
+func deleteBackup(ctx context.Context, store storage.Store, dir string, m *Manifest) error {
+	if err := store.Delete(ctx, dir+"/"+ManifestName); err != nil {
+		return fmt.Errorf("deleting %s: %w", store.Location(dir), err)
+	}
+	for _, f := range m.Files {
+		if strings.Contains(f.Name, "/") {
+			continue
+		}
+		if err := store.Delete(ctx, dir+"/"+f.Name); err != nil {
+			return fmt.Errorf("deleting %s: %w", store.Location(dir+"/"+f.Name), err)
+		}
+	}
+	return nil
+}
