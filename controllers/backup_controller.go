@@ -441,10 +441,10 @@ func (r *BackupReconciler) writeStatus(ctx context.Context, b *dbv1.Backup, st *
 
 // indexBackups lets both reconcilers list a Database's Backups.
 func indexBackups(ctx context.Context, mgr ctrl.Manager) error {
-	return mgr.GetFieldIndexer().IndexField(ctx, &dbv1.Backup{}, backupDatabaseIndex, func(o client.Object) []string {
-		return []string{o.(*dbv1.Backup).Spec.Database.Name}
-	})
+	return mgr.GetFieldIndexer().IndexField(ctx, &dbv1.Backup{}, backupDatabaseIndex, backupDatabase)
 }
+
+func backupDatabase(o client.Object) []string { return []string{o.(*dbv1.Backup).Spec.Database.Name} }
 
 // SetupWithManager registers the reconciler: Backups, their Jobs, and the
 // Jobs' pods (whose termination message carries the result).

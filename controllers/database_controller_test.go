@@ -31,6 +31,7 @@ func newFakeReconciler(t *testing.T, writes *int, objs ...client.Object) (*Datab
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithTypeConverters(clientgoapplyconfigurations.NewTypeConverter(scheme), managedfields.NewDeducedTypeConverter()).
 		WithStatusSubresource(&dbv1.Database{}).
+		WithIndex(&dbv1.Backup{}, backupDatabaseIndex, backupDatabase).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
 				count()

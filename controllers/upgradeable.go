@@ -31,10 +31,10 @@ const (
 
 // UpgradeableReporter tells OLM, through the operator's OperatorCondition
 // (operator-lib's conditions package), not to upgrade the operator while a
-// failover or a switchover is in progress on any Database it manages: a new
-// operator taking over halfway could fence or promote on stale decisions.
-// It reports Upgradeable=True again once every Database is quiet. Backups
-// and restores will count too once they exist.
+// failover, a switchover, a restore or a backup is in progress on any
+// Database it manages: a new operator taking over halfway could fence or
+// promote on stale decisions, or read a Job's result in another format. It
+// reports Upgradeable=True again once every Database is quiet.
 type UpgradeableReporter struct {
 	client.Reader
 	Conditions conditions.Factory
@@ -46,7 +46,7 @@ var upgradeableKey = reconcile.Request{NamespacedName: types.NamespacedName{Name
 
 // busy lists the operations in progress that an operator upgrade must not
 // interrupt, one "namespace/name: what" each, sorted.
-func busy(dbs []dbv1.Database) []string {
+func busy(dbs []dbv1.Database, backups []dbv1.Backup) []string {
 	var out []string
 	for _, db := range dbs {
 		key := db.Namespace + "/" + db.Name
@@ -55,18 +55,35 @@ func busy(dbs []dbv1.Database) []string {
 			out = append(out, key+": failover of "+db.Status.CurrentPrimary)
 		case db.Spec.Primary != "" && db.Status.CurrentPrimary != "" && db.Spec.Primary != db.Status.CurrentPrimary:
 			out = append(out, key+": switchover to "+db.Spec.Primary)
+		case restoring(&db):
+			out = append(out, key+": restore from a backup")
+		}
+	}
+	for _, b := range backups {
+		if b.Status.Phase == dbv1.BackupRunning {
+			out = append(out, b.Namespace+"/"+b.Spec.Database.Name+": backup "+b.Name)
 		}
 	}
 	slices.Sort(out)
 	return out
 }
 
+// restoring reports a Database whose bootstrap restore has not ended
+// (neither succeeded nor failed).
+func restoring(db *dbv1.Database) bool {
+	if db.Spec.Bootstrap == nil {
+		return false
+	}
+	c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
+	return c == nil || (c.Status != metav1.ConditionTrue && c.Reason != ReasonRestoreFailed)
+}
+
 // upgradeableCondition is what the reporter sets for the Databases.
-func upgradeableCondition(dbs []dbv1.Database) metav1.Condition {
-	ops := busy(dbs)
+func upgradeableCondition(dbs []dbv1.Database, backups []dbv1.Backup) metav1.Condition {
+	ops := busy(dbs, backups)
 	if len(ops) == 0 {
 		return metav1.Condition{Type: apiv2.Upgradeable, Status: metav1.ConditionTrue, Reason: ReasonNoOperationsInProgress,
-			Message: "no failover or switchover in progress"}
+			Message: "no failover, switchover, restore or backup in progress"}
 	}
 	return metav1.Condition{Type: apiv2.Upgradeable, Status: metav1.ConditionFalse, Reason: ReasonOperationsInProgress,
 		Message: fmt.Sprintf("wait for %d operation(s) to finish: %s", len(ops), strings.Join(ops, "; "))}
@@ -78,7 +95,11 @@ func (u *UpgradeableReporter) Reconcile(ctx context.Context, _ reconcile.Request
 	if err := u.List(ctx, dbs); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing Databases: %w", err)
 	}
-	want := upgradeableCondition(dbs.Items)
+	backups := &dbv1.BackupList{}
+	if err := u.List(ctx, backups); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing Backups: %w", err)
+	}
+	want := upgradeableCondition(dbs.Items, backups.Items)
 	cond, err := u.Conditions.NewCondition(apiv2.ConditionType(apiv2.Upgradeable))
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("the operator's OperatorCondition: %w", err)
@@ -97,12 +118,15 @@ func (u *UpgradeableReporter) Reconcile(ctx context.Context, _ reconcile.Request
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager reconciles the one condition on every Database change.
+// SetupWithManager reconciles the one condition on every Database and
+// Backup change.
 func (u *UpgradeableReporter) SetupWithManager(mgr ctrl.Manager) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{upgradeableKey}
+	})
 	return ctrl.NewControllerManagedBy(mgr).Named("upgradeable").
-		Watches(&dbv1.Database{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			return []reconcile.Request{upgradeableKey}
-		})).
+		Watches(&dbv1.Database{}, all).
+		Watches(&dbv1.Backup{}, all).
 		Complete(u)
 }
 

@@ -27,19 +27,34 @@ func TestUpgradeableCondition(t *testing.T) {
 	switched := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
 		db.Name, db.Spec.Primary, db.Status.CurrentPrimary = "done", "done-2", "done-2"
 	})
+	restoring := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Name = "copy"
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "b1"}}
+		db.Status.Conditions = []metav1.Condition{{Type: dbv1.ConditionRestored, Status: metav1.ConditionFalse, Reason: ReasonRestoring}}
+	})
+	restoreFailed := restoring.DeepCopy()
+	restoreFailed.Name, restoreFailed.Status.Conditions[0].Reason = "broken", ReasonRestoreFailed
+	running := dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly"}, Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "orders"}},
+		Status: dbv1.BackupStatus{Phase: dbv1.BackupRunning}}
+	done := *running.DeepCopy()
+	done.Name, done.Status.Phase = "older", dbv1.BackupCompleted
 	for _, tc := range []struct {
-		name   string
-		dbs    []dbv1.Database
-		status metav1.ConditionStatus
-		msg    string
+		name    string
+		dbs     []dbv1.Database
+		backups []dbv1.Backup
+		status  metav1.ConditionStatus
+		msg     string
 	}{
-		{"nothing managed", nil, metav1.ConditionTrue, "no failover"},
-		{"all quiet (a finished switchover too)", []dbv1.Database{*quiet, *switched}, metav1.ConditionTrue, "no failover"},
-		{"a failover pending", []dbv1.Database{*quiet, *failing}, metav1.ConditionFalse, "shop/shop: failover of shop-0"},
-		{"a switchover asked for", []dbv1.Database{*switching}, metav1.ConditionFalse, "shop/cart: switchover to cart-2"},
-		{"both, listed", []dbv1.Database{*switching, *failing}, metav1.ConditionFalse, "2 operation(s)"},
+		{"a restore in progress", []dbv1.Database{*restoring}, nil, metav1.ConditionFalse, "shop/copy: restore from a backup"},
+		{"a failed restore is not in progress", []dbv1.Database{*restoreFailed}, []dbv1.Backup{done}, metav1.ConditionTrue, "no failover"},
+		{"a backup running", nil, []dbv1.Backup{done, running}, metav1.ConditionFalse, "shop/orders: backup nightly"},
+		{"nothing managed", nil, nil, metav1.ConditionTrue, "no failover"},
+		{"all quiet (a finished switchover too)", []dbv1.Database{*quiet, *switched}, nil, metav1.ConditionTrue, "no failover"},
+		{"a failover pending", []dbv1.Database{*quiet, *failing}, nil, metav1.ConditionFalse, "shop/shop: failover of shop-0"},
+		{"a switchover asked for", []dbv1.Database{*switching}, nil, metav1.ConditionFalse, "shop/cart: switchover to cart-2"},
+		{"both, listed", []dbv1.Database{*switching, *failing}, nil, metav1.ConditionFalse, "2 operation(s)"},
 	} {
-		c := upgradeableCondition(tc.dbs)
+		c := upgradeableCondition(tc.dbs, tc.backups)
 		if c.Status != tc.status || !strings.Contains(c.Message, tc.msg) || c.Type != apiv2.Upgradeable {
 			t.Errorf("%s: %+v, want %s with %q", tc.name, c, tc.status, tc.msg)
 		}

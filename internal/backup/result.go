@@ -2,6 +2,7 @@ package backup
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -38,14 +39,15 @@ func (r Result) Encode() []byte {
 		if len(b) <= MaxResultSize {
 			return b
 		}
+		// The message gives way first: the pruned names tell the operator
+		// which Backup objects to delete.
 		switch {
-		case len(r.Pruned) > 0:
-			r.Pruned = r.Pruned[:len(r.Pruned)/2]
-		case len(r.Message) > 200:
-			r.Message = r.Message[:len(r.Message)/2] + "…"
+		case len(r.Message) > 512:
+			r.Message = strings.ToValidUTF8(r.Message[:500], "") + " [cut]"
+		case r.Message != "" || r.Location != "":
+			r.Message, r.Location = "", ""
 		default:
-			r.Message = ""
-			r.Location = ""
+			r.Pruned = r.Pruned[:len(r.Pruned)/2]
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -39,6 +40,29 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		{"malformed storage size", func(s map[string]any) { s["storage"] = map[string]any{"size": "ten gigs"} }, "spec.storage.size"},
 		{"unknown deletion policy", func(s map[string]any) { s["deletionPolicy"] = "Keep" }, `spec.deletionPolicy: Unsupported value: "Keep"`},
 		{"empty storage class", func(s map[string]any) { s["storage"] = map[string]any{"size": "1Gi", "storageClassName": ""} }, "spec.storage.storageClassName"},
+		{"bad cron: six fields", func(s map[string]any) { s["backup"] = map[string]any{"schedule": "0 3 * * * *"} }, "schedule 0 3 * * * * is not a valid cron expression: give five fields"},
+		{"bad cron: minute 60", func(s map[string]any) { s["backup"] = map[string]any{"schedule": "60 3 * * *"} }, "is not a valid cron expression"},
+		{"bad cron: words", func(s map[string]any) { s["backup"] = map[string]any{"schedule": "every night"} }, "is not a valid cron expression"},
+		{"negative keepLast", func(s map[string]any) {
+			s["backup"] = map[string]any{"retention": map[string]any{"keepLast": int64(-1)}}
+		}, "spec.backup.retention.keepLast: Invalid value: -1: spec.backup.retention.keepLast in body should be greater than or equal to 1"},
+		{"negative maxAge", func(s map[string]any) { s["backup"] = map[string]any{"retention": map[string]any{"maxAge": "-3d"}} }, "maxAge -3d is not a positive duration"},
+		{"maxAge without unit", func(s map[string]any) { s["backup"] = map[string]any{"retention": map[string]any{"maxAge": "30"}} }, "maxAge 30 is not a positive duration"},
+		{"two backup targets", func(s map[string]any) {
+			s["backup"] = map[string]any{"target": map[string]any{"volume": map[string]any{}, "s3": map[string]any{
+				"endpoint": "s3.example.com", "bucket": "backups", "credentialsSecret": map[string]any{"name": "s3"}}}}
+		}, "choose one backup target: volume or s3, not both"},
+		{"s3 without credentials", func(s map[string]any) {
+			s["backup"] = map[string]any{"target": map[string]any{"s3": map[string]any{"endpoint": "s3.example.com", "bucket": "backups"}}}
+		}, "spec.backup.target.s3.credentialsSecret: Required value"},
+		{"short backup deadline", func(s map[string]any) { s["backup"] = map[string]any{"deadlineSeconds": int64(5)} }, "spec.backup.deadlineSeconds"},
+		{"bootstrap from two sources", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "source": map[string]any{"target": map[string]any{}, "path": "ns/db/b1"}}
+		}, "bootstrap needs exactly one of backup"},
+		{"bootstrap from nothing", func(s map[string]any) { s["bootstrap"] = map[string]any{} }, "bootstrap needs exactly one of backup"},
+		{"bootstrap path escaping", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"source": map[string]any{"target": map[string]any{}, "path": "../other/b1"}}
+		}, "path must be relative to the target and must not contain '..'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +114,9 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		{"version removal", pg, func(db *dbv1.Database) { db.Spec.Version = "" }, "version cannot be removed once set"},
 		{"mariadb downgrade", maria, func(db *dbv1.Database) { db.Spec.Version = "10.11" }, "MariaDB version cannot be downgraded"},
 		{"too many replicas", maria, func(db *dbv1.Database) { db.Spec.Replicas = 12 }, "should be less than or equal to 10"},
+		{"bootstrap added later", maria, func(db *dbv1.Database) {
+			db.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "b1"}}
+		}, "bootstrap only applies when a Database is created"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,5 +173,39 @@ func TestNameLengthIsBounded(t *testing.T) {
 	fits := database(ns, strings.Repeat("a", 52), dbv1.EnginePostgreSQL, 1)
 	if err := testEnv.client.Create(context.Background(), fits); err != nil {
 		t.Errorf("a 52-character name: %v", err)
+	}
+}
+
+// TestInvalidBackupsAreRejected: a Backup names its Database, fits a Job
+// name, and never changes once created.
+func TestInvalidBackupsAreRejected(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	noDB := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}}
+	if err := testEnv.client.Create(ctx, noDB); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.database.name") {
+		t.Errorf("a Backup without a Database: %v", err)
+	}
+	long := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: strings.Repeat("b", 64)}, Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "db"}}}
+	if err := testEnv.client.Create(ctx, long); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 63 characters") {
+		t.Errorf("a 64-character Backup name: %v", err)
+	}
+	// (Database "db" does not exist: the Backup is accepted, then fails with DatabaseNotFound.)
+	b := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "b"}, Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "db"}}}
+	if err := testEnv.client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		b.Spec.Database.Name = "other"
+		return testEnv.client.Update(ctx, b)
+	})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "a Backup's spec cannot change") {
+		t.Errorf("changing a Backup's spec: %v", err)
+	}
+	got := waitBackup(t, ns, "b")
+	if got.Status.Phase != dbv1.BackupFailed || got.Status.Reason != "DatabaseNotFound" || !strings.Contains(got.Status.Message, `Database "db" does not exist`) {
+		t.Errorf("Backup of a missing Database: %+v", got.Status)
 	}
 }

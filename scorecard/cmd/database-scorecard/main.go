@@ -119,44 +119,83 @@ func databaseCRD(b *apimanifests.Bundle) (*apiextv1.CustomResourceDefinition, *a
 	return nil, nil, fmt.Errorf("the bundle has no Database CRD with a storage version")
 }
 
-func samplesValid(b *apimanifests.Bundle) []string {
-	_, version, err := databaseCRD(b)
-	if err != nil {
-		return []string{err.Error()}
-	}
+// sampleValidator checks objects against one served version of a CRD: its
+// OpenAPI schema and its CEL rules.
+type sampleValidator struct {
+	schema     validation.SchemaValidator
+	structural *schema.Structural
+	cel        *cel.Validator
+}
+
+func newSampleValidator(v *apiextv1.CustomResourceDefinitionVersion) (*sampleValidator, error) {
 	var internal apiextensions.JSONSchemaProps
-	if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(version.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
-		return []string{err.Error()}
+	if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
+		return nil, err
 	}
 	validator, _, err := validation.NewSchemaValidator(&internal)
 	if err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
 	structural, err := schema.NewStructural(&internal)
 	if err != nil {
-		return []string{fmt.Sprintf("the schema is not structural: %v", err)}
+		return nil, fmt.Errorf("the schema is not structural: %v", err)
 	}
-	celValidator := cel.NewValidator(structural, true, celconfig.PerCallLimit)
+	return &sampleValidator{schema: validator, structural: structural, cel: cel.NewValidator(structural, true, celconfig.PerCallLimit)}, nil
+}
 
+func (v *sampleValidator) validate(name string, obj map[string]any) []string {
+	var errs []string
+	for _, e := range validation.ValidateCustomResource(field.NewPath(name), obj, v.schema) {
+		errs = append(errs, e.Error())
+	}
+	if v.cel != nil {
+		celErrs, _ := v.cel.Validate(context.Background(), field.NewPath(name), v.structural, obj, nil, celconfig.RuntimeCELCostBudget)
+		for _, e := range celErrs {
+			errs = append(errs, e.Error())
+		}
+	}
+	return errs
+}
+
+// samplesValid checks every alm-example against the CRD version it names;
+// there must be a Database among them.
+func samplesValid(b *apimanifests.Bundle) []string {
+	validators := map[string]*sampleValidator{} // apiVersion/kind -> validator
+	for _, crd := range b.V1CRDs {
+		for i := range crd.Spec.Versions {
+			v := &crd.Spec.Versions[i]
+			if !v.Served || v.Schema == nil {
+				continue
+			}
+			sv, err := newSampleValidator(v)
+			if err != nil {
+				return []string{fmt.Sprintf("%s %s: %v", crd.Name, v.Name, err)}
+			}
+			validators[crd.Spec.Group+"/"+v.Name+"/"+crd.Spec.Names.Kind] = sv
+		}
+	}
 	var samples []map[string]any
 	if err := json.Unmarshal([]byte(b.CSV.GetAnnotations()["alm-examples"]), &samples); err != nil {
 		return []string{fmt.Sprintf("alm-examples is not a JSON list: %v", err)}
 	}
-	if len(samples) == 0 {
-		return []string{"alm-examples has no Database"}
-	}
 	var errs []string
+	databases := 0
 	for i, s := range samples {
 		name := fmt.Sprintf("alm-examples[%d]", i)
-		for _, e := range validation.ValidateCustomResource(field.NewPath(name), s, validator) {
-			errs = append(errs, e.Error())
+		apiVersion, _ := s["apiVersion"].(string)
+		kind, _ := s["kind"].(string)
+		v := validators[apiVersion+"/"+kind]
+		if v == nil {
+			errs = append(errs, fmt.Sprintf("%s is a %s %s, which no CRD of the bundle serves", name, apiVersion, kind))
+			continue
 		}
-		if celValidator != nil {
-			celErrs, _ := celValidator.Validate(context.Background(), field.NewPath(name), structural, s, nil, celconfig.RuntimeCELCostBudget)
-			for _, e := range celErrs {
-				errs = append(errs, e.Error())
-			}
+		if kind == "Database" {
+			databases++
 		}
+		errs = append(errs, v.validate(name, s)...)
+	}
+	if databases == 0 {
+		errs = append(errs, "alm-examples has no Database")
 	}
 	return errs
 }

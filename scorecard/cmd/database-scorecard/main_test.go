@@ -63,6 +63,8 @@ func TestBadBundlesFail(t *testing.T) {
 	}{
 		{"samples-valid", `"version": "17"`, `"version": "99"`, "not supported"},
 		{"samples-valid", `"replicas": 3`, `"replicas": 11`, "replicas"},
+		{"samples-valid", `"schedule": "0 3 * * *"`, `"schedule": "0 25 * * *"`, "not a valid cron expression"},
+		{"samples-valid", `"kind": "Backup"`, `"kind": "Snapshot"`, "which no CRD of the bundle serves"},
 		{"csv-related-images", "name: postgresql-16", "name: postgresql-sixteen", "no postgresql-16"},
 		{"csv-related-images", "- image: example.com/database-operator/manager:v0.2.0", "- image: example.com/database-operator/manager:v9", "not the image the CSV deploys"},
 	} {
