@@ -1,0 +1,235 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/conversion"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// V1FieldsAnnotation carries, on a v1alpha1 object, what v1 says that the
+// v1alpha1 shape cannot hold (JSON of v1Fields). Converting back to v1
+// restores it and drops the annotation, so a v1alpha1 client that reads,
+// edits and writes an object loses nothing a v1 client set. The key is
+// reserved: a v1 object's own annotation of that name is not kept.
+const V1FieldsAnnotation = "conversion.example.com/v1"
+
+// v1Fields is what only v1 can express.
+type v1Fields struct {
+	// Resources when they match no size preset.
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	Failover  *dbv1.FailoverSpec           `json:"failover,omitempty"`
+	Primary   string                       `json:"primary,omitempty"`
+
+	PrimaryUnhealthySince *metav1.Time         `json:"primaryUnhealthySince,omitempty"`
+	LastFailover          *dbv1.FailoverRecord `json:"lastFailover,omitempty"`
+}
+
+func (f v1Fields) empty() bool { return equality.Semantic.DeepEqual(f, v1Fields{}) }
+
+// Sizes lists the presets, smallest first.
+func Sizes() []Size { return []Size{SizeSmall, SizeMedium, SizeLarge} }
+
+// Resources returns the v1 resources a size preset stands for (requests
+// only: limits were never part of a preset).
+func (s Size) Resources() corev1.ResourceRequirements {
+	cpu, mem := "", ""
+	switch s {
+	case SizeSmall:
+		cpu, mem = "100m", "256Mi"
+	case SizeMedium:
+		cpu, mem = "500m", "1Gi"
+	case SizeLarge:
+		cpu, mem = "2", "4Gi"
+	default:
+		return corev1.ResourceRequirements{}
+	}
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+}
+
+// sizeOf returns the preset whose resources are exactly r, or "".
+func sizeOf(r corev1.ResourceRequirements) Size {
+	for _, s := range Sizes() {
+		if equality.Semantic.DeepEqual(r, s.Resources()) {
+			return s
+		}
+	}
+	return ""
+}
+
+var _ conversion.Convertible = &Database{}
+
+// ConvertTo converts this v1alpha1 Database to the hub (v1).
+func (src *Database) ConvertTo(hub conversion.Hub) error {
+	dst, ok := hub.(*dbv1.Database)
+	if !ok {
+		return fmt.Errorf("converting v1alpha1 Database to %T: want *v1.Database", hub)
+	}
+	var extra v1Fields
+	if raw, ok := src.Annotations[V1FieldsAnnotation]; ok {
+		if err := json.Unmarshal([]byte(raw), &extra); err != nil {
+			return fmt.Errorf("annotation %s of %s/%s: %w", V1FieldsAnnotation, src.Namespace, src.Name, err)
+		}
+	}
+	dst.ObjectMeta = *src.ObjectMeta.DeepCopy()
+	if dst.Annotations != nil {
+		delete(dst.Annotations, V1FieldsAnnotation)
+		if len(dst.Annotations) == 0 {
+			dst.Annotations = nil
+		}
+	}
+
+	s := src.Spec
+	dst.Spec = dbv1.DatabaseSpec{
+		Engine:         dbv1.Engine(s.Engine),
+		Version:        s.Version,
+		Image:          s.Image,
+		Replicas:       s.Instances,
+		Storage:        dbv1.StorageSpec{Size: s.StorageSize.DeepCopy(), StorageClassName: copyString(s.StorageClassName)},
+		DeletionPolicy: deletionPolicy(s.KeepVolumes),
+		Primary:        extra.Primary,
+	}
+	// A size the v1alpha1 client set wins over resources carried from v1:
+	// the annotation holds resources only when the size was empty.
+	switch {
+	case s.Size != "":
+		dst.Spec.Resources = s.Size.Resources()
+	case extra.Resources != nil:
+		dst.Spec.Resources = *extra.Resources
+	}
+	if extra.Failover != nil {
+		dst.Spec.Failover = *extra.Failover
+	}
+
+	st := src.Status
+	dst.Status = dbv1.DatabaseStatus{
+		Phase:                 dbv1.Phase(st.Phase),
+		Conditions:            copyConditions(st.Conditions),
+		ObservedGeneration:    st.ObservedGeneration,
+		Version:               st.Version,
+		Replicas:              st.Instances,
+		ReadyReplicas:         st.ReadyInstances,
+		Selector:              st.Selector,
+		CurrentPrimary:        st.Primary,
+		Endpoints:             dbv1.Endpoints{ReadWrite: st.ReadWriteEndpoint, ReadOnly: st.ReadOnlyEndpoint},
+		PrimaryUnhealthySince: extra.PrimaryUnhealthySince,
+		LastFailover:          extra.LastFailover,
+	}
+	return nil
+}
+
+// ConvertFrom converts the hub (v1) to this v1alpha1 Database.
+func (dst *Database) ConvertFrom(hub conversion.Hub) error {
+	src, ok := hub.(*dbv1.Database)
+	if !ok {
+		return fmt.Errorf("converting %T to a v1alpha1 Database: want *v1.Database", hub)
+	}
+	s := src.Spec
+	var extra v1Fields
+	keep, err := keepVolumes(s.DeletionPolicy)
+	if err != nil {
+		return fmt.Errorf("%s/%s: %w", src.Namespace, src.Name, err)
+	}
+	dst.Spec = DatabaseSpec{
+		Engine:           Engine(s.Engine),
+		Version:          s.Version,
+		Image:            s.Image,
+		Instances:        s.Replicas,
+		StorageSize:      s.Storage.Size.DeepCopy(),
+		StorageClassName: copyString(s.Storage.StorageClassName),
+		KeepVolumes:      keep,
+	}
+	if !equality.Semantic.DeepEqual(s.Resources, corev1.ResourceRequirements{}) {
+		if dst.Spec.Size = sizeOf(s.Resources); dst.Spec.Size == "" {
+			extra.Resources = s.Resources.DeepCopy()
+		}
+	}
+	if !equality.Semantic.DeepEqual(s.Failover, dbv1.FailoverSpec{}) {
+		extra.Failover = s.Failover.DeepCopy()
+	}
+	extra.Primary = s.Primary
+
+	st := src.Status
+	dst.Status = DatabaseStatus{
+		Phase:              string(st.Phase),
+		Conditions:         copyConditions(st.Conditions),
+		ObservedGeneration: st.ObservedGeneration,
+		Version:            st.Version,
+		Instances:          st.Replicas,
+		ReadyInstances:     st.ReadyReplicas,
+		Selector:           st.Selector,
+		Primary:            st.CurrentPrimary,
+		ReadWriteEndpoint:  st.Endpoints.ReadWrite,
+		ReadOnlyEndpoint:   st.Endpoints.ReadOnly,
+	}
+	extra.PrimaryUnhealthySince = st.PrimaryUnhealthySince.DeepCopy()
+	extra.LastFailover = st.LastFailover.DeepCopy()
+
+	dst.ObjectMeta = *src.ObjectMeta.DeepCopy()
+	delete(dst.Annotations, V1FieldsAnnotation)
+	if !extra.empty() {
+		raw, err := json.Marshal(extra)
+		if err != nil {
+			return fmt.Errorf("%s/%s: encoding the v1 fields: %w", src.Namespace, src.Name, err)
+		}
+		if dst.Annotations == nil {
+			dst.Annotations = map[string]string{}
+		}
+		dst.Annotations[V1FieldsAnnotation] = string(raw)
+	}
+	return nil
+}
+
+// deletionPolicy maps keepVolumes to v1's deletionPolicy; unset stays
+// unset (the v1 schema defaults it to Retain).
+func deletionPolicy(keep *bool) dbv1.DeletionPolicy {
+	switch {
+	case keep == nil:
+		return ""
+	case *keep:
+		return dbv1.DeletionPolicyRetain
+	default:
+		return dbv1.DeletionPolicyDelete
+	}
+}
+
+func keepVolumes(p dbv1.DeletionPolicy) (*bool, error) {
+	switch p {
+	case "":
+		return nil, nil
+	case dbv1.DeletionPolicyRetain:
+		t := true
+		return &t, nil
+	case dbv1.DeletionPolicyDelete:
+		f := false
+		return &f, nil
+	}
+	// The schema admits only Retain and Delete: anything else is a bug.
+	return nil, fmt.Errorf("deletionPolicy %q has no v1alpha1 equivalent", p)
+}
+
+func copyConditions(in []metav1.Condition) []metav1.Condition {
+	if in == nil {
+		return nil
+	}
+	out := make([]metav1.Condition, len(in))
+	for i := range in {
+		in[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+func copyString(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
