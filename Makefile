@@ -31,10 +31,10 @@ generate: ## Generate deepcopy code.
 	$$CG object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate the CRD and RBAC into config/.
+manifests: ## Generate the CRD, RBAC and webhook configurations into config/.
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
-	$$CG rbac:roleName=manager-role crd paths=./api/... paths=./controllers/... \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$$CG rbac:roleName=manager-role crd webhook paths=./api/... paths=./controllers/... paths=./internal/webhook/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: bundle
 bundle: manifests ## Generate bundle/ for VERSION with operator-sdk and validate it (no warning allowed).

@@ -1,0 +1,31 @@
+// Package v1 holds the admission webhooks of the example.com/v1 Database:
+// a defaulter (mutating) and a validator, served by the manager's webhook
+// server next to the conversion webhook (v1alpha1 <-> v1, registered for
+// the hub by the same builder). With matchPolicy Equivalent (the default)
+// the API server converts a v1alpha1 request to v1 before calling them, so
+// they guard both versions.
+//
+// Which rule lives where, and why:
+//
+//   - In the CRD (CEL and OpenAPI schema, api/v1/database_types.go and the
+//     same rules on api/v1alpha1): everything that depends only on the
+//     object and its previous version. The API server enforces them even
+//     when the operator (and so this webhook) is down or not installed:
+//     supported versions per engine, engine immutable, storage never
+//     shrinks, storage class immutable, no PostgreSQL major change in
+//     place, no MariaDB downgrade, version not removable, spec.primary
+//     shaped <name>-<ordinal> with ordinal below spec.replicas, name length.
+//   - Here (validating): rules that need state CEL cannot see or context it
+//     has no access to: whether a failover or switchover is in progress
+//     (status as stored, which a spec update does not carry), whether the
+//     switchover target exists yet (status.replicas), the requesting user
+//     (audit Events), and admission warnings for risky but legal changes
+//     (scale-down, major version change, deletion policy Retain -> Delete).
+//     Rules added later plug into DatabaseValidator.Rules (the extension
+//     point: a backup target Secret must exist, say).
+//   - Here (defaulting): defaults that depend on other fields or on the
+//     stored object: the version per engine (on update: the version the
+//     Database already runs, never a newer default), resources and the
+//     failover policy. The controller keeps its own fallback for objects
+//     written while the webhook was down.
+package v1
