@@ -68,7 +68,7 @@ test-olm: ## Subscribe through OLM to the catalog's older release and upgrade al
 	cd tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
 		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
 
-KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/samples config/prometheus config/manifests config/overlays/production
+KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/manifests config/overlays/production
 
 .PHONY: verify-kustomize
 verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl apply -k` would read).

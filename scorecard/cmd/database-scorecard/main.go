@@ -120,24 +120,10 @@ func databaseCRD(b *apimanifests.Bundle) (*apiextv1.CustomResourceDefinition, *a
 }
 
 func samplesValid(b *apimanifests.Bundle) []string {
-	_, version, err := databaseCRD(b)
+	crd, _, err := databaseCRD(b)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	var internal apiextensions.JSONSchemaProps
-	if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(version.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
-		return []string{err.Error()}
-	}
-	validator, _, err := validation.NewSchemaValidator(&internal)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	structural, err := schema.NewStructural(&internal)
-	if err != nil {
-		return []string{fmt.Sprintf("the schema is not structural: %v", err)}
-	}
-	celValidator := cel.NewValidator(structural, true, celconfig.PerCallLimit)
-
 	var samples []map[string]any
 	if err := json.Unmarshal([]byte(b.CSV.GetAnnotations()["alm-examples"]), &samples); err != nil {
 		return []string{fmt.Sprintf("alm-examples is not a JSON list: %v", err)}
@@ -148,10 +134,34 @@ func samplesValid(b *apimanifests.Bundle) []string {
 	var errs []string
 	for i, s := range samples {
 		name := fmt.Sprintf("alm-examples[%d]", i)
+		// Each sample against the schema of the version it is written in.
+		apiVersion, _ := s["apiVersion"].(string)
+		var version *apiextv1.CustomResourceDefinitionVersion
+		for j := range crd.Spec.Versions {
+			if crd.Spec.Group+"/"+crd.Spec.Versions[j].Name == apiVersion {
+				version = &crd.Spec.Versions[j]
+			}
+		}
+		if version == nil {
+			errs = append(errs, fmt.Sprintf("%s: the CRD serves no %q", name, apiVersion))
+			continue
+		}
+		var internal apiextensions.JSONSchemaProps
+		if err := apiextv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(version.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
+			return []string{err.Error()}
+		}
+		validator, _, err := validation.NewSchemaValidator(&internal)
+		if err != nil {
+			return []string{err.Error()}
+		}
+		structural, err := schema.NewStructural(&internal)
+		if err != nil {
+			return []string{fmt.Sprintf("the %s schema is not structural: %v", version.Name, err)}
+		}
 		for _, e := range validation.ValidateCustomResource(field.NewPath(name), s, validator) {
 			errs = append(errs, e.Error())
 		}
-		if celValidator != nil {
+		if celValidator := cel.NewValidator(structural, true, celconfig.PerCallLimit); celValidator != nil {
 			celErrs, _ := celValidator.Validate(context.Background(), field.NewPath(name), structural, s, nil, celconfig.RuntimeCELCostBudget)
 			for _, e := range celErrs {
 				errs = append(errs, e.Error())
