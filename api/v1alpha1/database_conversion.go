@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -19,6 +20,13 @@ import (
 // edits and writes an object loses nothing a v1 client set. The key is
 // reserved: a v1 object's own annotation of that name is not kept.
 const V1FieldsAnnotation = "conversion.example.com/v1"
+
+// UnknownSizeAnnotation carries, on a v1 object, a v1alpha1 size that is no
+// preset. Only a request the v1alpha1 schema is about to refuse has one
+// (the API server converts a request to v1 for the admission webhooks and
+// back before validating it); keeping the value lets the schema say what is
+// wrong with it instead of the conversion silently dropping it.
+const UnknownSizeAnnotation = "conversion.example.com/v1alpha1-size"
 
 // v1Fields is what only v1 can express.
 type v1Fields struct {
@@ -79,11 +87,15 @@ func (src *Database) ConvertTo(hub conversion.Hub) error {
 		}
 	}
 	dst.ObjectMeta = *src.ObjectMeta.DeepCopy()
-	if dst.Annotations != nil {
-		delete(dst.Annotations, V1FieldsAnnotation)
-		if len(dst.Annotations) == 0 {
-			dst.Annotations = nil
+	delete(dst.Annotations, V1FieldsAnnotation)
+	if s := src.Spec.Size; s != "" && !slices.Contains(Sizes(), s) {
+		if dst.Annotations == nil {
+			dst.Annotations = map[string]string{}
 		}
+		dst.Annotations[UnknownSizeAnnotation] = string(s)
+	}
+	if len(dst.Annotations) == 0 {
+		dst.Annotations = nil
 	}
 
 	s := src.Spec
@@ -99,7 +111,7 @@ func (src *Database) ConvertTo(hub conversion.Hub) error {
 	// A size the v1alpha1 client set wins over resources carried from v1:
 	// the annotation holds resources only when the size was empty.
 	switch {
-	case s.Size != "":
+	case slices.Contains(Sizes(), s.Size):
 		dst.Spec.Resources = s.Size.Resources()
 	case extra.Resources != nil:
 		dst.Spec.Resources = *extra.Resources
@@ -174,6 +186,10 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 
 	dst.ObjectMeta = *src.ObjectMeta.DeepCopy()
 	delete(dst.Annotations, V1FieldsAnnotation)
+	if size, ok := dst.Annotations[UnknownSizeAnnotation]; ok {
+		dst.Spec.Size = Size(size)
+		delete(dst.Annotations, UnknownSizeAnnotation)
+	}
 	if !extra.empty() {
 		raw, err := json.Marshal(extra)
 		if err != nil {

@@ -29,7 +29,9 @@ func filler(seed int64) *randfill.Filler {
 		func(p *dbv1.DeletionPolicy, c randfill.Continue) {
 			*p = dbv1.DeletionPolicy(pick(c, "", string(dbv1.DeletionPolicyRetain), string(dbv1.DeletionPolicyDelete)))
 		},
-		func(s *Size, c randfill.Continue) { *s = Size(pick(c, "", "small", "medium", "large")) },
+		// "huge" stands for a value the schema is about to refuse: the
+		// conversion must keep it for the refusal to name it.
+		func(s *Size, c randfill.Continue) { *s = Size(pick(c, "", "small", "medium", "large", "huge")) },
 		func(t *metav1.Time, c randfill.Continue) {
 			*t = metav1.NewTime(time.Unix(c.Int63n(4e9), 0).UTC())
 		},
@@ -71,6 +73,7 @@ func hubObject(seed int64) *dbv1.Database {
 	filler(seed).Fill(db)
 	db.TypeMeta = metav1.TypeMeta{}
 	delete(db.Annotations, V1FieldsAnnotation)
+	delete(db.Annotations, UnknownSizeAnnotation)
 	return db
 }
 
@@ -81,6 +84,7 @@ func spokeObject(seed int64) *Database {
 	filler(seed).Fill(db)
 	db.TypeMeta = metav1.TypeMeta{}
 	delete(db.Annotations, V1FieldsAnnotation)
+	delete(db.Annotations, UnknownSizeAnnotation)
 	return db
 }
 

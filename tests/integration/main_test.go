@@ -41,6 +41,8 @@ type env struct {
 	servers *serverRegistry
 	// operatorCondition is where the operator reports Upgradeable.
 	operatorCondition types.NamespacedName
+	// webhooks is the operator's webhook server.
+	webhooks *webhookEnv
 }
 
 // serverRegistry maps instance pods (simulated by kwok) to real database
@@ -116,8 +118,14 @@ func run(m *testing.M) int {
 	opCfg := rest.CopyConfig(c.Config)
 	opCfg.Wrap(writes.wrap)
 	ctrl.SetLogger(zap.New(zap.WriteTo(openLog(dir)), zap.UseDevMode(false)))
+	webhookServer, webhooks, err := newWebhookServer(c, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{
 		Scheme:                 scheme,
+		WebhookServer:          webhookServer,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false, // lease renewals would count as writes
@@ -145,10 +153,18 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := registerWebhooks(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
+	if err := startedWebhooks(ctx, c, mgr, webhooks); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 
-	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey}
+	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey, webhooks: webhooks}
 	code := m.Run()
 	cancel()
 	if err := <-mgrDone; err != nil {

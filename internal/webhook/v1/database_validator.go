@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,6 +48,37 @@ type DatabaseValidator struct {
 	// Rules run in order; all of them run, their findings are joined.
 	// DefaultRules() is the built-in list; append to extend it.
 	Rules []Rule
+
+	// recorded remembers the audit Events recently recorded, so that one
+	// change is recorded once (see audit).
+	recorded recentSet
+}
+
+// recentSet is a set of keys that forgets them after ttl.
+type recentSet struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+const auditDedupTTL = 10 * time.Minute
+
+// add adds key and reports whether it was new.
+func (r *recentSet) add(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]time.Time{}
+	}
+	for k, at := range r.seen {
+		if now.Sub(at) > auditDedupTTL {
+			delete(r.seen, k)
+		}
+	}
+	if _, ok := r.seen[key]; ok {
+		return false
+	}
+	r.seen[key] = now
+	return true
 }
 
 var _ admission.Validator[*dbv1.Database] = &DatabaseValidator{}
@@ -89,8 +122,13 @@ func (v *DatabaseValidator) validate(ctx context.Context, old, db *dbv1.Database
 
 // audit records an Event per risky change, naming the requesting user. Only
 // for admitted, real requests: a refused or dry-run request changed
-// nothing. (A later admission step or the storage write can still fail; the
-// Event then records an attempt this webhook allowed.)
+// nothing. A later step can still fail the request (another webhook, the
+// storage write). The common case is a conflict with the operator's own
+// status writes: the API server validates against its cached object, the
+// write then conflicts and is retried (by the API server, then by the
+// client) with the same change. Such retries are recorded once: the key is
+// the object's UID, the generation the change applies to (status writes do
+// not move it), the change and the user.
 func (v *DatabaseValidator) audit(ctx context.Context, db *dbv1.Database, audits []Audit) {
 	if v.Recorder == nil || len(audits) == 0 {
 		return
@@ -104,7 +142,10 @@ func (v *DatabaseValidator) audit(ctx context.Context, db *dbv1.Database, audits
 		user = unknownUser
 	}
 	for _, a := range audits {
-		v.Recorder.Eventf(db, nil, corev1.EventTypeNormal, a.Reason, auditAction, "%s (by %s)", a.Note, user)
+		key := fmt.Sprintf("%s/%d/%s/%s/%s", db.UID, db.Generation, a.Reason, a.Note, user)
+		if v.recorded.add(key, time.Now()) {
+			v.Recorder.Eventf(db, nil, corev1.EventTypeNormal, a.Reason, auditAction, "%s (by %s)", a.Note, user)
+		}
 	}
 }
 

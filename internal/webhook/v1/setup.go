@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -22,10 +23,12 @@ func Setup(mgr ctrl.Manager, extra ...Rule) error {
 		Recorder: mgr.GetEventRecorder("database-operator-webhook"),
 		Rules:    append(DefaultRules(), extra...),
 	}
-	// The builder also serves /convert, since the scheme holds v1alpha1 as a
-	// spoke of the v1 hub.
-	if err := ctrl.NewWebhookManagedBy(mgr, &dbv1.Database{}).WithDefaulter(&DatabaseDefaulter{}).WithValidator(v).Complete(); err != nil {
+	// The builder serves the validator and /convert (the scheme holds
+	// v1alpha1 as a spoke of the v1 hub). The defaulter is served with a
+	// sparse patch (see sparseDefaulter) rather than WithDefaulter.
+	if err := ctrl.NewWebhookManagedBy(mgr, &dbv1.Database{}).WithValidator(v).Complete(); err != nil {
 		return fmt.Errorf("setting up the Database webhooks: %w", err)
 	}
+	mgr.GetWebhookServer().Register(MutatePath, &admission.Webhook{Handler: &sparseDefaulter{defaulter: &DatabaseDefaulter{}}})
 	return nil
 }
