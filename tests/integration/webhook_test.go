@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -256,7 +257,7 @@ func TestWebhookRefusals(t *testing.T) {
 	// stays in progress while the test runs.
 	target := "busy-1"
 	if db.Status.CurrentPrimary == target {
-		target = "busy-2"
+		target = "busy-0"
 	}
 	updateSpec(t, db, func(d *dbv1.Database) { d.Spec.Primary = target })
 	t.Cleanup(func() { updateSpec(t, db, func(d *dbv1.Database) { d.Spec.Primary = db.Status.CurrentPrimary }) })
@@ -271,7 +272,7 @@ func TestWebhookRefusals(t *testing.T) {
 	}{
 		{"scale below the ready replicas during a switchover", "spec.replicas",
 			"cannot scale from 3 to 2 while a switchover to " + target + " is in progress: 3 instances are ready and the failover may need any of them; wait until the Ready condition is True, then scale down",
-			func(d *dbv1.Database) { d.Spec.Replicas, d.Spec.Primary = 2, "busy-1" }},
+			func(d *dbv1.Database) { d.Spec.Replicas = 2 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,6 +280,9 @@ func TestWebhookRefusals(t *testing.T) {
 			wantInvalid(t, err, tt.path, tt.message)
 		})
 	}
+	t.Run("kubectl scale below the ready replicas during a switchover", func(t *testing.T) {
+		wantInvalid(t, scaleTo(ctx, cl, db, 2), "spec.replicas", "cannot scale from 3 to 2 while a switchover to "+target+" is in progress")
+	})
 
 	// The older version obeys the same CRD rules.
 	alpha := &dbv1alpha1.Database{}
@@ -332,6 +336,18 @@ func TestWebhookRefusals(t *testing.T) {
 	}
 }
 
+// scaleTo scales through the scale subresource, as `kubectl scale` does.
+func scaleTo(ctx context.Context, cl client.Client, db *dbv1.Database, replicas int32) error {
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		scale := &autoscalingv1.Scale{}
+		if err := cl.SubResource("scale").Get(ctx, db, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = replicas
+		return cl.SubResource("scale").Update(ctx, db, client.WithSubResourceBody(scale))
+	})
+}
+
 func wantInvalid(t *testing.T, err error, path, message string) {
 	t.Helper()
 	if !apierrors.IsInvalid(err) {
@@ -369,22 +385,29 @@ func TestWarningsAndAudit(t *testing.T) {
 	warn.take()
 
 	// Dry run: warned, not recorded, not stored.
-	if err := update(ctx, cl, db, func(d *dbv1.Database) { d.Spec.Replicas = 2 }, client.DryRunAll); err != nil {
+	if err := update(ctx, cl, db, func(d *dbv1.Database) { d.Spec.Replicas = 1 }, client.DryRunAll); err != nil {
 		t.Fatal(err)
 	}
-	wantWarning(t, warn, "scaling down from 3 to 2 removes instance(s) risky-2")
+	wantWarning(t, warn, "scaling down from 3 to 1 removes instance(s) risky-1, risky-2; their volumes are kept")
 
 	steps := []struct {
 		mutate  func(*dbv1.Database)
 		warning string
 	}{
-		{func(d *dbv1.Database) { d.Spec.Replicas = 1 }, "scaling down from 3 to 1 removes instance(s) risky-1, risky-2; their volumes are kept"},
+		{func(d *dbv1.Database) { d.Spec.Replicas = 2 }, "scaling down from 3 to 2 removes instance(s) risky-2; their volumes are kept"},
+		{nil, "scaling down from 2 to 1 removes instance(s) risky-1"}, // kubectl scale
 		{func(d *dbv1.Database) { d.Spec.Version = "11.4" }, "mariadb 10.11 -> 11.4 is a major version change"},
 		{func(d *dbv1.Database) { d.Spec.Version = "11.8" }, ""}, // minor: audited, no warning
 		{func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete }, "deletionPolicy Delete: deleting this Database now deletes its volumes and all data; set it back to Retain to keep them"},
 	}
 	for _, s := range steps {
-		if err := update(ctx, cl, db, s.mutate); err != nil {
+		var err error
+		if s.mutate == nil {
+			err = scaleTo(ctx, cl, db, 1)
+		} else {
+			err = update(ctx, cl, db, s.mutate)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		if s.warning == "" {
@@ -397,7 +420,8 @@ func TestWarningsAndAudit(t *testing.T) {
 	}
 	want := []string{
 		"AuditDeletionPolicy: spec.deletionPolicy changed from Retain to Delete: deletion protection removed (by alice@example.com)",
-		"AuditScaleDown: spec.replicas changed from 3 to 1 (by alice@example.com)",
+		"AuditScaleDown: spec.replicas changed from 2 to 1 (by alice@example.com)",
+		"AuditScaleDown: spec.replicas changed from 3 to 2 (by alice@example.com)",
 		"AuditVersionChange: spec.version changed from 10.11 to 11.4 (by alice@example.com)",
 		"AuditVersionChange: spec.version changed from 11.4 to 11.8 (by alice@example.com)",
 	}

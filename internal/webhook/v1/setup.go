@@ -30,5 +30,6 @@ func Setup(mgr ctrl.Manager, extra ...Rule) error {
 		return fmt.Errorf("setting up the Database webhooks: %w", err)
 	}
 	mgr.GetWebhookServer().Register(MutatePath, &admission.Webhook{Handler: &sparseDefaulter{defaulter: &DatabaseDefaulter{}}})
+	mgr.GetWebhookServer().Register(ScalePath, &admission.Webhook{Handler: &scaleValidator{reader: mgr.GetAPIReader(), validator: v}})
 	return nil
 }
