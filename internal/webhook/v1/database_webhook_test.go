@@ -170,7 +170,9 @@ func TestDefaulter(t *testing.T) {
 		{"create postgresql", context.Background(), db(func(d *dbv1.Database) { d.Spec.Engine, d.Spec.Version = dbv1.EnginePostgreSQL, "" }), "17"},
 		{"create keeps a set version", context.Background(), db(), "10.11"},
 		{"update of an object written without the webhook keeps what runs",
-			updateCtx(db(func(d *dbv1.Database) { d.Spec.Engine, d.Spec.Version, d.Status.Version = dbv1.EnginePostgreSQL, "", "15" })),
+			updateCtx(db(func(d *dbv1.Database) {
+				d.Spec.Engine, d.Spec.Version, d.Status.Version = dbv1.EnginePostgreSQL, "", "15"
+			})),
 			db(func(d *dbv1.Database) { d.Spec.Engine, d.Spec.Version = dbv1.EnginePostgreSQL, "" }), "15"},
 		{"update clearing a set version is left to the CRD", updateCtx(db()), db(func(d *dbv1.Database) { d.Spec.Version = "" }), ""},
 	} {
@@ -186,7 +188,9 @@ func TestDefaulter(t *testing.T) {
 			}
 		})
 	}
-	kept := db(func(d *dbv1.Database) { d.Spec.Failover.Enabled, d.Spec.Failover.DelaySeconds = ptr.To(false), ptr.To(int32(0)) })
+	kept := db(func(d *dbv1.Database) {
+		d.Spec.Failover.Enabled, d.Spec.Failover.DelaySeconds = ptr.To(false), ptr.To(int32(0))
+	})
 	if err := (&DatabaseDefaulter{}).Default(context.Background(), kept); err != nil || *kept.Spec.Failover.Enabled || *kept.Spec.Failover.DelaySeconds != 0 {
 		t.Errorf("user's failover overridden: %+v %v", kept.Spec.Failover, err)
 	}
