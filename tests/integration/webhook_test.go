@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -488,10 +491,19 @@ func TestStoredBeforeStorageSwitch(t *testing.T) {
 		}
 		return ""
 	})
-	time.Sleep(time.Second) // the storage switch reaches the API server's handler
-	if err := testEnv.client.Create(ctx, old); err != nil {
-		t.Fatal(err)
-	}
+	// The API server's handler takes the CRD change asynchronously: write
+	// until the object lands in etcd as v1alpha1.
+	eventually(t, 10*time.Second, "an object stored as v1alpha1", func() string {
+		_ = testEnv.client.Delete(ctx, old.DeepCopy())
+		o := old.DeepCopy()
+		if err := testEnv.client.Create(ctx, o); err != nil {
+			return err.Error()
+		}
+		if v := storedAPIVersion(t, ns, old.Name); v != "example.com/v1alpha1" {
+			return "stored as " + v
+		}
+		return ""
+	})
 	setStorage("v1")
 
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"}}
@@ -499,8 +511,42 @@ func TestStoredBeforeStorageSwitch(t *testing.T) {
 	if got.Spec.Engine != dbv1.EnginePostgreSQL || got.Spec.Version != "17" || !equality.Semantic.DeepEqual(got.Spec.Resources, dbv1alpha1.SizeSmall.Resources()) {
 		t.Errorf("read as v1: %+v", got.Spec)
 	}
-	// And it still takes a v1 update.
+	// And it still takes a v1 update, which stores it as v1.
 	updateSpec(t, got, func(d *dbv1.Database) { d.Spec.Storage.Size = resource.MustParse("2Gi") })
+	eventually(t, 10*time.Second, "the object stored as v1", func() string {
+		if v := storedAPIVersion(t, ns, old.Name); v != "example.com/v1" {
+			return "stored as " + v
+		}
+		return ""
+	})
+}
+
+// storedAPIVersion reads a Database's apiVersion as etcd holds it, through
+// etcd's JSON gateway.
+func storedAPIVersion(t testing.TB, ns, name string) string {
+	t.Helper()
+	key := base64.StdEncoding.EncodeToString([]byte("/registry/example.com/databases/" + ns + "/" + name))
+	resp, err := http.Post(testEnv.cluster.EtcdURL+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"`+key+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		KVs []struct {
+			Value []byte `json:"value"`
+		} `json:"kvs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.KVs) == 0 {
+		return "(not stored)"
+	}
+	var meta metav1.TypeMeta
+	if err := json.Unmarshal(out.KVs[0].Value, &meta); err != nil {
+		t.Fatalf("stored value: %v", err)
+	}
+	return meta.APIVersion
 }
 
 // TestWebhookCertificateReload: the webhook server serves a renewed
