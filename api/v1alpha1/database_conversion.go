@@ -28,18 +28,56 @@ const V1FieldsAnnotation = "conversion.example.com/v1"
 // wrong with it instead of the conversion silently dropping it.
 const UnknownSizeAnnotation = "conversion.example.com/v1alpha1-size"
 
-// v1Fields is what only v1 can express.
+// v1Fields is what only v1 can express: every field of the v1 spec and
+// status that the v1alpha1 shape does not represent, as v1 encodes it.
+// Carrying "the rest" rather than a list of fields means a field added to
+// v1 later (say spec.backup) survives a v1alpha1 round trip with no change
+// here; the random round-trip test proves it for whatever v1 holds.
 type v1Fields struct {
-	// Resources when they match no size preset.
-	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
-	Failover  *dbv1.FailoverSpec           `json:"failover,omitempty"`
-	Primary   string                       `json:"primary,omitempty"`
-
-	PrimaryUnhealthySince *metav1.Time         `json:"primaryUnhealthySince,omitempty"`
-	LastFailover          *dbv1.FailoverRecord `json:"lastFailover,omitempty"`
+	Spec   map[string]json.RawMessage `json:"spec,omitempty"`
+	Status map[string]json.RawMessage `json:"status,omitempty"`
 }
 
-func (f v1Fields) empty() bool { return equality.Semantic.DeepEqual(f, v1Fields{}) }
+// Fields of v1 that v1alpha1 represents (spec.resources only when a size
+// preset matches them).
+var (
+	representedSpec   = []string{"engine", "version", "image", "replicas", "storage", "deletionPolicy"}
+	representedStatus = []string{"phase", "conditions", "observedGeneration", "version", "replicas", "readyReplicas", "selector", "currentPrimary", "endpoints"}
+)
+
+// rest encodes v and returns its fields but those named, and those that
+// encode as an empty object.
+func rest(v any, drop ...string) (map[string]json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if slices.Contains(drop, k) || string(v) == "{}" || string(v) == "null" {
+			delete(m, k)
+		}
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// restore decodes carried fields into v (a pointer).
+func restore(m map[string]json.RawMessage, v any) error {
+	if len(m) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
+}
 
 // Sizes lists the presets, smallest first.
 func Sizes() []Size { return []Size{SizeSmall, SizeMedium, SizeLarge} }
@@ -98,42 +136,37 @@ func (src *Database) ConvertTo(hub conversion.Hub) error {
 		dst.Annotations = nil
 	}
 
-	s := src.Spec
-	dst.Spec = dbv1.DatabaseSpec{
-		Engine:         dbv1.Engine(s.Engine),
-		Version:        s.Version,
-		Image:          s.Image,
-		Replicas:       s.Instances,
-		Storage:        dbv1.StorageSpec{Size: s.StorageSize.DeepCopy(), StorageClassName: copyString(s.StorageClassName)},
-		DeletionPolicy: deletionPolicy(s.KeepVolumes),
-		Primary:        extra.Primary,
+	// What only v1 says first, then what v1alpha1 says on top.
+	dst.Spec, dst.Status = dbv1.DatabaseSpec{}, dbv1.DatabaseStatus{}
+	if err := restore(extra.Spec, &dst.Spec); err != nil {
+		return fmt.Errorf("annotation %s of %s/%s: spec: %w", V1FieldsAnnotation, src.Namespace, src.Name, err)
 	}
+	if err := restore(extra.Status, &dst.Status); err != nil {
+		return fmt.Errorf("annotation %s of %s/%s: status: %w", V1FieldsAnnotation, src.Namespace, src.Name, err)
+	}
+	s := src.Spec
+	dst.Spec.Engine = dbv1.Engine(s.Engine)
+	dst.Spec.Version = s.Version
+	dst.Spec.Image = s.Image
+	dst.Spec.Replicas = s.Instances
+	dst.Spec.Storage = dbv1.StorageSpec{Size: s.StorageSize.DeepCopy(), StorageClassName: copyString(s.StorageClassName)}
+	dst.Spec.DeletionPolicy = deletionPolicy(s.KeepVolumes)
 	// A size the v1alpha1 client set wins over resources carried from v1:
 	// the annotation holds resources only when the size was empty.
-	switch {
-	case slices.Contains(Sizes(), s.Size):
+	if slices.Contains(Sizes(), s.Size) {
 		dst.Spec.Resources = s.Size.Resources()
-	case extra.Resources != nil:
-		dst.Spec.Resources = *extra.Resources
-	}
-	if extra.Failover != nil {
-		dst.Spec.Failover = *extra.Failover
 	}
 
 	st := src.Status
-	dst.Status = dbv1.DatabaseStatus{
-		Phase:                 dbv1.Phase(st.Phase),
-		Conditions:            copyConditions(st.Conditions),
-		ObservedGeneration:    st.ObservedGeneration,
-		Version:               st.Version,
-		Replicas:              st.Instances,
-		ReadyReplicas:         st.ReadyInstances,
-		Selector:              st.Selector,
-		CurrentPrimary:        st.Primary,
-		Endpoints:             dbv1.Endpoints{ReadWrite: st.ReadWriteEndpoint, ReadOnly: st.ReadOnlyEndpoint},
-		PrimaryUnhealthySince: extra.PrimaryUnhealthySince,
-		LastFailover:          extra.LastFailover,
-	}
+	dst.Status.Phase = dbv1.Phase(st.Phase)
+	dst.Status.Conditions = copyConditions(st.Conditions)
+	dst.Status.ObservedGeneration = st.ObservedGeneration
+	dst.Status.Version = st.Version
+	dst.Status.Replicas = st.Instances
+	dst.Status.ReadyReplicas = st.ReadyInstances
+	dst.Status.Selector = st.Selector
+	dst.Status.CurrentPrimary = st.Primary
+	dst.Status.Endpoints = dbv1.Endpoints{ReadWrite: st.ReadWriteEndpoint, ReadOnly: st.ReadOnlyEndpoint}
 	return nil
 }
 
@@ -144,7 +177,6 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 		return fmt.Errorf("converting %T to a v1alpha1 Database: want *v1.Database", hub)
 	}
 	s := src.Spec
-	var extra v1Fields
 	keep, err := keepVolumes(s.DeletionPolicy)
 	if err != nil {
 		return fmt.Errorf("%s/%s: %w", src.Namespace, src.Name, err)
@@ -158,15 +190,14 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 		StorageClassName: copyString(s.Storage.StorageClassName),
 		KeepVolumes:      keep,
 	}
-	if !equality.Semantic.DeepEqual(s.Resources, corev1.ResourceRequirements{}) {
-		if dst.Spec.Size = sizeOf(s.Resources); dst.Spec.Size == "" {
-			extra.Resources = s.Resources.DeepCopy()
-		}
+	dropSpec := representedSpec
+	if dst.Spec.Size = sizeOf(s.Resources); dst.Spec.Size != "" {
+		dropSpec = append(slices.Clone(dropSpec), "resources")
 	}
-	if !equality.Semantic.DeepEqual(s.Failover, dbv1.FailoverSpec{}) {
-		extra.Failover = s.Failover.DeepCopy()
+	var extra v1Fields
+	if extra.Spec, err = rest(s, dropSpec...); err != nil {
+		return fmt.Errorf("%s/%s: encoding the v1 spec: %w", src.Namespace, src.Name, err)
 	}
-	extra.Primary = s.Primary
 
 	st := src.Status
 	dst.Status = DatabaseStatus{
@@ -181,8 +212,9 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 		ReadWriteEndpoint:  st.Endpoints.ReadWrite,
 		ReadOnlyEndpoint:   st.Endpoints.ReadOnly,
 	}
-	extra.PrimaryUnhealthySince = st.PrimaryUnhealthySince.DeepCopy()
-	extra.LastFailover = st.LastFailover.DeepCopy()
+	if extra.Status, err = rest(st, representedStatus...); err != nil {
+		return fmt.Errorf("%s/%s: encoding the v1 status: %w", src.Namespace, src.Name, err)
+	}
 
 	dst.ObjectMeta = *src.ObjectMeta.DeepCopy()
 	delete(dst.Annotations, V1FieldsAnnotation)
@@ -190,7 +222,7 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 		dst.Spec.Size = Size(size)
 		delete(dst.Annotations, UnknownSizeAnnotation)
 	}
-	if !extra.empty() {
+	if len(extra.Spec) > 0 || len(extra.Status) > 0 {
 		raw, err := json.Marshal(extra)
 		if err != nil {
 			return fmt.Errorf("%s/%s: encoding the v1 fields: %w", src.Namespace, src.Name, err)
