@@ -26,6 +26,15 @@
 //   - Here (defaulting): defaults that depend on other fields or on the
 //     stored object: the version per engine (on update: the version the
 //     Database already runs, never a newer default), resources and the
-//     failover policy. The controller keeps its own fallback for objects
-//     written while the webhook was down.
+//     failover policy (the CRD's defaults for it apply only when the
+//     failover object is there at all). The controller keeps its own
+//     fallback for objects written while the webhook was down. The patch
+//     touches only the defaulted fields (sparseDefaulter): a request the
+//     schema will refuse reaches it unchanged, for its message.
+//   - The same validation runs for the scale subresource (`kubectl scale`,
+//     an autoscaling/v1 Scale a webhook on databases never sees), with the
+//     Database read as stored.
+//
+// Audit Events are recorded only for admitted, non-dry-run requests, once
+// per change (retries after a write conflict are not recorded again).
 package v1
