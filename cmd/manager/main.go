@@ -17,10 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"example.com/database-operator/controllers"
-	webhookv1 "example.com/database-operator/internal/webhook/v1"
 )
 
 func main() {
@@ -43,11 +41,8 @@ func run(args []string) error {
 		enableHTTP2    = fs.Bool("enable-http2", false, "serve metrics over HTTP/2 (off: mitigates HTTP/2 rapid-reset attacks)")
 		networkPolicy  = fs.Bool("network-policy", true, "render a NetworkPolicy for each Database (turn off where the network plugin does not enforce them)")
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
-		webhooks       = fs.Bool("enable-webhooks", true, "serve the Database's conversion, defaulting and validating webhooks (the CRD and the webhook configurations point at them)")
-		webhookPort    = fs.Int("webhook-port", 9443, "port of the webhook server (HTTPS)")
-		webhookHost    = fs.String("webhook-host", "", "address the webhook server binds to; empty: every interface")
-		webhookCertDir = fs.String("webhook-cert-dir", "", "directory with the webhook server's tls.crt and tls.key, reloaded when they change (default: where OLM mounts them, /tmp/k8s-webhook-server/serving-certs)")
 	)
+	webhooks := bindWebhookFlags(fs)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -87,12 +82,8 @@ func run(args []string) error {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		// The webhook server watches its certificate files (certwatcher):
-		// a certificate renewed by cert-manager or OLM is served without a
-		// restart.
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: *webhookHost, Port: *webhookPort, CertDir: *webhookCertDir, TLSOpts: tlsOpts}),
+		Scheme:                        scheme,
+		WebhookServer:                 webhooks.server(tlsOpts),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        *probeAddr,
 		LeaderElection:                *leaderElect,
@@ -121,14 +112,8 @@ func run(args []string) error {
 	if err := controllers.Setup(mgr, opts); err != nil {
 		return err
 	}
-	if *webhooks {
-		if err := webhookv1.Setup(mgr); err != nil {
-			return err
-		}
-		// Ready only once the webhook server serves: the API server calls it.
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-			return err
-		}
+	if err := webhooks.setup(mgr); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -41,8 +41,6 @@ type env struct {
 	servers *serverRegistry
 	// operatorCondition is where the operator reports Upgradeable.
 	operatorCondition types.NamespacedName
-	// webhooks is the operator's webhook server.
-	webhooks *webhookEnv
 }
 
 // serverRegistry maps instance pods (simulated by kwok) to real database
@@ -163,8 +161,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	testWebhooks = webhooks
 
-	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey, webhooks: webhooks}
+	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey}
 	code := m.Run()
 	cancel()
 	if err := <-mgrDone; err != nil {

@@ -15,6 +15,9 @@ import (
 	webhookv1 "example.com/database-operator/internal/webhook/v1"
 )
 
+// testWebhooks is set once by TestMain and only read by the tests.
+var testWebhooks *webhookEnv
+
 // webhookEnv is the operator's webhook server in the test process: real TLS
 // with a certificate from the local cluster's CA, registered through real
 // webhook configurations (clientConfig.url: the API server runs on the host

@@ -553,7 +553,7 @@ func storedAPIVersion(t testing.TB, ns, name string) string {
 // certificate without a restart (controller-runtime's certwatcher), and
 // the API server keeps calling it.
 func TestWebhookCertificateReload(t *testing.T) {
-	we := testEnv.webhooks
+	we := testWebhooks
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(we.caPEM)
 	serial := func() string {
