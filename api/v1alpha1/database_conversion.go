@@ -45,9 +45,14 @@ var (
 	representedStatus = []string{"phase", "conditions", "observedGeneration", "version", "replicas", "readyReplicas", "selector", "currentPrimary", "endpoints"}
 )
 
-// rest encodes v and returns its fields but those named, and those that
-// encode as an empty object.
-func rest(v any, drop ...string) (map[string]json.RawMessage, error) {
+// Struct-valued (not pointer) fields of the v1 spec, which encode as {}
+// when zero: not worth carrying. A pointer to an empty struct also encodes
+// as {} and is carried, or it would come back nil.
+var zeroStructSpec = []string{"resources", "failover"}
+
+// rest encodes v and returns its fields but those named in drop, those
+// that encode as null, and those named in dropEmpty that encode as {}.
+func rest(v any, drop, dropEmpty []string) (map[string]json.RawMessage, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -57,7 +62,7 @@ func rest(v any, drop ...string) (map[string]json.RawMessage, error) {
 		return nil, err
 	}
 	for k, v := range m {
-		if slices.Contains(drop, k) || string(v) == "{}" || string(v) == "null" {
+		if slices.Contains(drop, k) || string(v) == "null" || (string(v) == "{}" && slices.Contains(dropEmpty, k)) {
 			delete(m, k)
 		}
 	}
@@ -195,7 +200,7 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 		dropSpec = append(slices.Clone(dropSpec), "resources")
 	}
 	var extra v1Fields
-	if extra.Spec, err = rest(s, dropSpec...); err != nil {
+	if extra.Spec, err = rest(s, dropSpec, zeroStructSpec); err != nil {
 		return fmt.Errorf("%s/%s: encoding the v1 spec: %w", src.Namespace, src.Name, err)
 	}
 
@@ -212,7 +217,7 @@ func (dst *Database) ConvertFrom(hub conversion.Hub) error {
 		ReadWriteEndpoint:  st.Endpoints.ReadWrite,
 		ReadOnlyEndpoint:   st.Endpoints.ReadOnly,
 	}
-	if extra.Status, err = rest(st, representedStatus...); err != nil {
+	if extra.Status, err = rest(st, representedStatus, nil); err != nil {
 		return fmt.Errorf("%s/%s: encoding the v1 status: %w", src.Namespace, src.Name, err)
 	}
 

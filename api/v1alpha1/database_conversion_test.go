@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/dump"
+	diffpkg "k8s.io/apimachinery/pkg/util/diff"
 	"sigs.k8s.io/randfill"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -145,7 +145,7 @@ func spokeRoundTrip(t testing.TB, seed int64) {
 	}
 }
 
-func diff(a, b any) string { return "want " + dump.Pretty(a) + "\ngot  " + dump.Pretty(b) }
+func diff(a, b any) string { return diffpkg.Diff(a, b) }
 
 // TestRoundTripRandom converts thousands of random objects both ways; a
 // new seed set every run, printed on failure for replay.
