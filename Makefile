@@ -31,10 +31,10 @@ generate: ## Generate deepcopy code.
 	$$CG object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate the CRD and RBAC into config/.
+manifests: ## Generate the CRD, RBAC and webhook configurations into config/.
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
-	$$CG rbac:roleName=manager-role crd paths=./api/... paths=./controllers/... \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$$CG rbac:roleName=manager-role crd webhook paths=./api/... paths=./controllers/... paths=./internal/webhook/... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: bundle
 bundle: manifests ## Generate bundle/ for VERSION with operator-sdk and validate it (no warning allowed).
@@ -68,7 +68,7 @@ test-olm: ## Subscribe through OLM to the catalog's older release and upgrade al
 	cd tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
 		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
 
-KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/samples config/prometheus config/manifests config/overlays/production
+KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/manifests config/overlays/production
 
 .PHONY: verify-kustomize
 verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl apply -k` would read).

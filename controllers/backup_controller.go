@@ -362,20 +362,20 @@ func (r *BackupReconciler) ensureClaim(ctx context.Context, db *dbv1.Database, t
 	return nil
 }
 
-// checkTarget verifies what the target names exists before a Job is made,
-// so a typo fails the backup at once with a message that says what to fix.
+// checkTarget verifies the Secrets a target names exist with their keys
+// before a Job is made, so a typo fails the backup at once with a message
+// that says what to fix. (The validating webhook refuses such a target on
+// the Database already; a Secret deleted later is caught here.)
 func checkTarget(ctx context.Context, c client.Reader, namespace string, t dbv1.BackupTarget) error {
-	s3 := t.S3
-	if s3 == nil {
-		return nil
+	secrets := t.SecretKeys()
+	names := make([]string, 0, len(secrets))
+	for name := range secrets {
+		names = append(names, name)
 	}
-	id, secret := s3Keys(s3.CredentialsSecret)
-	if err := secretHasKeys(ctx, c, namespace, s3.CredentialsSecret.Name, id, secret); err != nil {
-		return fmt.Errorf("S3 credentials: %w", err)
-	}
-	if s3.CASecret != nil {
-		if err := secretHasKeys(ctx, c, namespace, s3.CASecret.Name, caKey(s3.CASecret)); err != nil {
-			return fmt.Errorf("S3 CA: %w", err)
+	slices.Sort(names)
+	for _, name := range names {
+		if err := secretHasKeys(ctx, c, namespace, name, secrets[name]...); err != nil {
+			return fmt.Errorf("S3 target: %w", err)
 		}
 	}
 	return nil

@@ -57,24 +57,6 @@ func claimName(t dbv1.BackupTarget, db *dbv1.Database) string {
 	return db.Name + defaultBackupClaimSuffix
 }
 
-func s3Keys(c dbv1.S3Credentials) (id, secret string) {
-	id, secret = c.AccessKeyIDKey, c.SecretAccessKeyKey
-	if id == "" {
-		id = "accessKeyId"
-	}
-	if secret == "" {
-		secret = "secretAccessKey"
-	}
-	return id, secret
-}
-
-func caKey(r *dbv1.SecretKeyRef) string {
-	if r.Key == "" {
-		return "ca.crt"
-	}
-	return r.Key
-}
-
 // targetPod is what a target adds to a Job's pod: arguments, environment
 // and volumes.
 type targetPod struct {
@@ -86,7 +68,7 @@ type targetPod struct {
 
 func targetForPod(t dbv1.BackupTarget, db *dbv1.Database) targetPod {
 	if s3 := t.S3; s3 != nil {
-		id, secret := s3Keys(s3.CredentialsSecret)
+		id, secret := s3.CredentialsSecret.Keys()
 		p := targetPod{
 			args: []string{"--s3-endpoint=" + s3.Endpoint, "--s3-bucket=" + s3.Bucket},
 			env: []corev1.EnvVar{
@@ -106,7 +88,7 @@ func targetForPod(t dbv1.BackupTarget, db *dbv1.Database) targetPod {
 		if s3.CASecret != nil {
 			p.args = append(p.args, "--s3-ca-file="+jobS3CADir+"/ca.crt")
 			p.volumes = append(p.volumes, corev1.Volume{Name: "s3-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: s3.CASecret.Name, Items: []corev1.KeyToPath{{Key: caKey(s3.CASecret), Path: "ca.crt"}}}}})
+				SecretName: s3.CASecret.Name, Items: []corev1.KeyToPath{{Key: s3.CASecret.KeyOrDefault(), Path: "ca.crt"}}}}})
 			p.mounts = append(p.mounts, corev1.VolumeMount{Name: "s3-ca", MountPath: jobS3CADir, ReadOnly: true})
 		}
 		return p

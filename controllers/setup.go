@@ -21,6 +21,7 @@ import (
 	"github.com/operator-framework/operator-lib/conditions"
 
 	dbv1 "example.com/database-operator/api/v1"
+	dbv1alpha1 "example.com/database-operator/api/v1alpha1"
 	helmcharts "example.com/database-operator/helm-charts"
 	"example.com/database-operator/internal/chart"
 )
@@ -32,6 +33,9 @@ func NewScheme() (*runtime.Scheme, error) {
 		return nil, err
 	}
 	if err := dbv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := dbv1alpha1.AddToScheme(s); err != nil { // served older version, converted by the webhook
 		return nil, err
 	}
 	if err := apiv2.AddToScheme(s); err != nil { // OperatorCondition, for OLM

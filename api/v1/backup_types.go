@@ -320,3 +320,37 @@ type BackupList struct {
 func init() {
 	SchemeBuilder.Register(&Backup{}, &BackupList{})
 }
+
+// Keys are the Secret keys of the access key ID and the secret access key,
+// defaults applied.
+func (c S3Credentials) Keys() (id, secret string) {
+	id, secret = c.AccessKeyIDKey, c.SecretAccessKeyKey
+	if id == "" {
+		id = "accessKeyId"
+	}
+	if secret == "" {
+		secret = "secretAccessKey"
+	}
+	return id, secret
+}
+
+// KeyOrDefault is the Secret key of the CA bundle, default "ca.crt".
+func (r SecretKeyRef) KeyOrDefault() string {
+	if r.Key == "" {
+		return "ca.crt"
+	}
+	return r.Key
+}
+
+// SecretKeys lists the Secrets a target reads and the keys each must hold.
+func (t BackupTarget) SecretKeys() map[string][]string {
+	out := map[string][]string{}
+	if s3 := t.S3; s3 != nil {
+		id, secret := s3.CredentialsSecret.Keys()
+		out[s3.CredentialsSecret.Name] = append(out[s3.CredentialsSecret.Name], id, secret)
+		if s3.CASecret != nil {
+			out[s3.CASecret.Name] = append(out[s3.CASecret.Name], s3.CASecret.KeyOrDefault())
+		}
+	}
+	return out
+}

@@ -275,6 +275,7 @@ type DatabaseStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.primary) || (self.spec.primary.startsWith(self.metadata.name + '-') && self.spec.primary.substring(size(self.metadata.name) + 1).matches('^[0-9]+$') && int(self.spec.primary.substring(size(self.metadata.name) + 1)) < self.spec.replicas)",message="spec.primary must name one of this Database's instances: <name>-<ordinal> with ordinal below spec.replicas",fieldPath=.spec.primary
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the instances are <name>-<ordinal> pods of a StatefulSet, whose revision label allows no more"
 // +kubebuilder:object:root=true
+// +kubebuilder:storageversion
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=db,categories=all

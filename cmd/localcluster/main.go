@@ -4,6 +4,10 @@
 //	localcluster up   --bin-dir DIR --dir .local   # start in the background, return when ready
 //	localcluster down --dir .local                  # stop it and wait until it is gone
 //	localcluster serve --bin-dir DIR --dir .local   # run in the foreground until SIGTERM/SIGINT
+//	localcluster webhooks --dir .local --manifests config/webhook/manifests.yaml --webhook-addr 127.0.0.1:9443
+//	                                                # issue the webhook server's certificate from the
+//	                                                # cluster CA into .local/webhook-certs and register
+//	                                                # the webhooks and the CRD's conversion at that address
 package main
 
 import (
@@ -20,18 +24,22 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"example.com/database-operator/internal/localcluster"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|down|serve [flags]")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|down|serve|webhooks [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	binDir := fs.String("bin-dir", os.Getenv("LOCAL_CLUSTER_BIN"), "directory with the control-plane binaries (hack/build-tools.sh prints it)")
 	dir := fs.String("dir", ".local", "state directory: kubeconfig, logs, data, bin/ links")
 	crds := fs.String("crds", "", "directory of CRD manifests to install before the controller manager starts")
+	manifests := fs.String("manifests", "config/webhook/manifests.yaml", "webhooks: the generated webhook configurations")
+	webhookAddr := fs.String("webhook-addr", "127.0.0.1:9443", "webhooks: where the operator's webhook server listens")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
@@ -42,8 +50,10 @@ func main() {
 		err = down(*dir)
 	case "serve":
 		err = serve(*binDir, *dir, *crds)
+	case "webhooks":
+		err = webhooks(*dir, *manifests, *webhookAddr)
 	default:
-		err = fmt.Errorf("unknown command %q: want up, down or serve", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want up, down, serve or webhooks", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
@@ -201,5 +211,33 @@ func linkBinaries(binDir, dir string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// webhooks gives the operator run on the host (`make run`) what OLM or
+// cert-manager give it in a cluster: a serving certificate (from the local
+// cluster's CA, in dir/webhook-certs) and webhook configurations, plus the
+// CRD's conversion webhook, pointing at it.
+func webhooks(dir, manifests, addr string) error {
+	if running(dir) == 0 {
+		return errors.New("the local cluster is not running (make cluster)")
+	}
+	certDir := filepath.Join(dir, "webhook-certs")
+	ca, err := localcluster.IssueServing(filepath.Join(dir, "cluster", "pki"), certDir)
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "kubeconfig"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := localcluster.RegisterWebhooks(ctx, cfg, localcluster.WebhookOptions{
+		Manifests: manifests, BaseURL: "https://" + addr, CABundle: ca, ConversionCRDs: []string{"databases.example.com"},
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("webhooks registered at https://%s; certificate in %s\n", addr, certDir)
 	return nil
 }

@@ -1,5 +1,6 @@
 // Command manager runs database-operator: the controller manager with the
-// Database reconciler, health probes and secured Prometheus metrics.
+// Database reconciler, the Database's webhooks (conversion, defaulting,
+// validation), health probes and secured Prometheus metrics.
 package main
 
 import (
@@ -62,6 +63,7 @@ func run(args []string) error {
 		networkPolicy  = fs.Bool("network-policy", true, "render a NetworkPolicy for each Database (turn off where the network plugin does not enforce them)")
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
 	)
+	webhooks := bindWebhookFlags(fs)
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +104,7 @@ func run(args []string) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		WebhookServer:                 webhooks.server(tlsOpts),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        *probeAddr,
 		LeaderElection:                *leaderElect,
@@ -129,6 +132,9 @@ func run(args []string) error {
 		ctrl.Log.WithName("setup").Info("not managed by OLM (OPERATOR_CONDITION_NAME unset): Upgradeable is not reported")
 	}
 	if err := controllers.Setup(mgr, opts); err != nil {
+		return err
+	}
+	if err := webhooks.setup(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -64,6 +64,9 @@ type Cluster struct {
 	Config *rest.Config
 	// Dir is the cluster's working directory (logs in Dir/logs).
 	Dir string
+	// EtcdURL is etcd's client URL (plain HTTP on loopback), for tests that
+	// look at what the API server stored.
+	EtcdURL string
 
 	pki   *pki
 	procs []*process
@@ -116,6 +119,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 	// etcd
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
+	c.EtcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
 	if err := c.start("etcd", bin("etcd"), []string{
 		"--name=local", "--data-dir=" + filepath.Join(dir, "etcd"),

@@ -122,8 +122,14 @@ func run(m *testing.M) int {
 	opCfg := rest.CopyConfig(c.Config)
 	opCfg.Wrap(writes.wrap)
 	ctrl.SetLogger(zap.New(zap.WriteTo(openLog(dir)), zap.UseDevMode(false)))
+	webhookServer, webhooks, err := newWebhookServer(c, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{
 		Scheme:                 scheme,
+		WebhookServer:          webhookServer,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false, // lease renewals would count as writes
@@ -151,8 +157,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := registerWebhooks(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
+	if err := startedWebhooks(ctx, c, mgr, webhooks); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	testWebhooks = webhooks
 
 	// The Jobs' program is the manager binary, built as the image has it.
 	manager := filepath.Join(dir, "manager")

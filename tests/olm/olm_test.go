@@ -247,6 +247,22 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	checkClusterRoles(t, ctx, cl, bundleCSV)
 	checkDeployment(t, ctx, cl, bundleCSV)
 	checkWebhooks(t, ctx, cl, bundleCSV)
+	checkConversion(t, ctx, cl, bundleCSV)
+
+	// The webhooks OLM registered are live and fail closed. Here the
+	// operator's Deployment runs in kwok pods that execute nothing, so the
+	// Service OLM made for the webhooks has no backend: a Database write
+	// cannot be admitted, and is refused rather than let through
+	// unvalidated (failurePolicy Fail). That is also why the user's Database
+	// below was created under v0.1.0, which has no webhooks, and is read as
+	// v1, the version it is stored in (no conversion needed). The webhooks'
+	// behaviour with a real server is proven on the local cluster by
+	// tests/integration (webhook_test.go).
+	probe := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: appNS, Name: "probe"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EngineMySQL, Replicas: 1, Storage: dbv1.StorageSpec{Size: resource.MustParse("1Gi")}}}
+	if err := cl.Create(ctx, probe); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("a Database create with the webhooks' backend down: %v, want a refusal from the webhook call", err)
+	}
 
 	// The Database created under the older release survived, unchanged.
 	after := &dbv1.Database{}
@@ -568,6 +584,9 @@ func checkWebhooks(t *testing.T, ctx context.Context, cl client.Client, csv *uns
 	want := map[string]string{}
 	for _, d := range defs {
 		m := d.(map[string]any)
+		if m["type"] == "ConversionWebhook" { // on the CRD: checkConversion
+			continue
+		}
 		want[m["generateName"].(string)] = m["type"].(string)
 	}
 	got := map[string]string{}
@@ -582,12 +601,62 @@ func checkWebhooks(t *testing.T, ctx context.Context, cl client.Client, csv *uns
 		for _, cfg := range list.Items {
 			hooks, _, _ := unstructured.NestedSlice(cfg.Object, "webhooks")
 			for _, h := range hooks {
-				got[h.(map[string]any)["name"].(string)] = kind
+				name := h.(map[string]any)["name"].(string)
+				got[name] = kind
+				// OLM issued the certificate: the API server trusts its CA.
+				if ca, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "caBundle"); ca == "" {
+					t.Errorf("webhook %s has no caBundle", name)
+				}
 			}
 		}
 	}
 	if mustJSON(t, got) != mustJSON(t, want) {
 		t.Errorf("admission webhooks on the cluster %v, the bundle defines %v", got, want)
+	}
+}
+
+// checkConversion: the CSV's conversion webhook reached its conversionCRDs:
+// the API server converts through the Service OLM made for the operator's
+// Deployment, trusting the CA OLM issued its certificate from.
+func checkConversion(t *testing.T, ctx context.Context, cl client.Client, csv *unstructured.Unstructured) {
+	t.Helper()
+	defs, _, _ := unstructured.NestedSlice(csv.Object, "spec", "webhookdefinitions")
+	var conversion map[string]any
+	for _, d := range defs {
+		if m := d.(map[string]any); m["type"] == "ConversionWebhook" {
+			conversion = m
+		}
+	}
+	if conversion == nil {
+		t.Fatal("the CSV defines no conversion webhook")
+	}
+	crds, _, _ := unstructured.NestedStringSlice(conversion, "conversionCRDs")
+	for _, name := range crds {
+		crd := &apiextv1.CustomResourceDefinition{}
+		if err := cl.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+			t.Fatal(err)
+		}
+		conv := crd.Spec.Conversion
+		if conv == nil || conv.Strategy != apiextv1.WebhookConverter || conv.Webhook == nil || conv.Webhook.ClientConfig == nil ||
+			conv.Webhook.ClientConfig.Service == nil || len(conv.Webhook.ClientConfig.CABundle) == 0 {
+			t.Errorf("CRD %s: conversion %s, want a webhook through a Service with a caBundle", name, mustJSON(t, conv))
+			continue
+		}
+		svc := conv.Webhook.ClientConfig.Service
+		wantName := conversion["deploymentName"].(string) + "-service"
+		if svc.Namespace != opNS || svc.Name != wantName || svc.Path == nil || *svc.Path != conversion["webhookPath"] {
+			t.Errorf("CRD %s converts through %s/%s %v, want %s/%s %v", name, svc.Namespace, svc.Name, svc.Path, opNS, wantName, conversion["webhookPath"])
+		}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: opNS, Name: wantName}, &corev1.Service{}); err != nil {
+			t.Errorf("the conversion webhook's Service: %v", err)
+		}
+		served := map[string]bool{}
+		for _, v := range crd.Spec.Versions {
+			served[v.Name] = v.Served
+		}
+		if !served["v1"] || !served["v1alpha1"] {
+			t.Errorf("CRD %s serves %v, want v1 and v1alpha1", name, served)
+		}
 	}
 }
 
