@@ -96,7 +96,9 @@ func (u *UpgradeableReporter) Reconcile(ctx context.Context, _ reconcile.Request
 		return ctrl.Result{}, fmt.Errorf("listing Databases: %w", err)
 	}
 	backups := &dbv1.BackupList{}
-	if err := u.List(ctx, backups); err != nil {
+	// A cluster whose CRDs predate the Backup kind (the previous release's,
+	// during an upgrade) has no backups to wait for.
+	if err := u.List(ctx, backups); err != nil && !meta.IsNoMatchError(err) {
 		return ctrl.Result{}, fmt.Errorf("listing Backups: %w", err)
 	}
 	want := upgradeableCondition(dbs.Items, backups.Items)

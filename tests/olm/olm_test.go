@@ -147,6 +147,9 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	if strings.Contains(mustJSON(t, crd.Spec), "maxLag") {
 		t.Fatal("the older release's CRD already has maxLag: the upgrade would prove nothing")
 	}
+	if err := cl.Get(ctx, client.ObjectKey{Name: "backups.example.com"}, &apiextv1.CustomResourceDefinition{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the older release already has the Backup CRD (%v): the upgrade would not prove it arrives", err)
+	}
 
 	// A user's Database, created under the older release.
 	db := &dbv1.Database{
@@ -243,6 +246,11 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	readYAML(t, filepath.Join(newBundle, "manifests/example.com_databases.yaml"), wantCRD)
 	if got, want := mustJSON(t, crd.Spec.Versions), mustJSON(t, wantCRD.Spec.Versions); got != want {
 		t.Error("the CRD on the cluster differs from the newer bundle's")
+	}
+	// The newer release adds the Backup kind: its CRD came with the upgrade.
+	backups := &apiextv1.CustomResourceDefinition{}
+	if err := cl.Get(ctx, client.ObjectKey{Name: "backups.example.com"}, backups); err != nil {
+		t.Errorf("the Backup CRD of the newer release: %v", err)
 	}
 	checkClusterRoles(t, ctx, cl, bundleCSV)
 	checkDeployment(t, ctx, cl, bundleCSV)
