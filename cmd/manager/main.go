@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
@@ -23,7 +24,8 @@ import (
 )
 
 func main() {
-	if err := dispatch(os.Args[1:]); err != nil {
+	// One signal handler for the process (controller-runtime allows one).
+	if err := dispatch(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "database-operator:", err)
 		os.Exit(1)
 	}
@@ -31,9 +33,8 @@ func main() {
 
 // dispatch runs a subcommand (the programs backup and restore Jobs run
 // from this same binary) or, by default, the manager.
-func dispatch(args []string) error {
+func dispatch(ctx context.Context, args []string) error {
 	if len(args) > 0 {
-		ctx := ctrl.SetupSignalHandler()
 		switch args[0] {
 		case "backup":
 			return backup.BackupCommand(ctx, args[1:], os.Stderr)
@@ -46,10 +47,10 @@ func dispatch(args []string) error {
 			return backup.CopyBinary(args[1])
 		}
 	}
-	return run(args)
+	return run(ctx, args)
 }
 
-func run(args []string) error {
+func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	var (
 		metricsAddr    = fs.String("metrics-bind-address", ":8443", "address of the metrics endpoint (HTTPS, authenticated and authorized through the API server); 0 disables it")
@@ -144,5 +145,5 @@ func run(args []string) error {
 		return err
 	}
 	log.Info("starting manager", "namespaces", namespaces, "leaderElection", *leaderElect)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
