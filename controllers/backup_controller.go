@@ -27,6 +27,7 @@ import (
 
 // +kubebuilder:rbac:groups=example.com,resources=backups,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=example.com,resources=backups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=backups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
 
@@ -44,6 +45,8 @@ const (
 	ReasonPreviousRunning   = "PreviousBackupRunning"
 	ReasonNoInstanceReady   = "NoInstanceReady"
 	ReasonWaitingForPrevous = "WaitingForPreviousBackup"
+	ReasonDatabaseRestoring = "DatabaseRestoring"
+	ReasonJobCreateFailed   = "JobCreateFailed"
 )
 
 // BackupReconciler runs each Backup as a Job and reports its outcome in the
@@ -99,11 +102,17 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 	job := &batchv1.Job{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Name}, job)
 	switch {
-	case apierrors.IsNotFound(err):
-		if st.Phase == dbv1.BackupRunning {
-			r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job %s disappeared before it reported a result", b.Name))
-			return ctrl.Result{}, nil
+	case apierrors.IsNotFound(err) && st.Phase == dbv1.BackupRunning:
+		// The cache may not have seen the Job created a moment ago: ask
+		// the API server before calling it gone.
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Name}, job); err == nil {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		} else if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
 		}
+		r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job %s disappeared before it reported a result", b.Name))
+		return ctrl.Result{}, nil
+	case apierrors.IsNotFound(err):
 		return r.start(ctx, b, db, st)
 	case err != nil:
 		return ctrl.Result{}, err
@@ -112,7 +121,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 		r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Backup", b.Name))
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.observeJob(ctx, b, db, job, st)
+	return r.observeJob(ctx, b, db, job, st)
 }
 
 // deadline is how long a backup of db may run.
@@ -128,6 +137,12 @@ func deadline(b *dbv1.Backup, db *dbv1.Database) int64 {
 
 // start creates the backup Job once nothing stands in its way.
 func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.Database, st *dbv1.BackupStatus) (ctrl.Result, error) {
+	if !restoreDone(db) {
+		// Partial data is no backup, and its retention could delete the
+		// backup being restored.
+		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonDatabaseRestoring, db.Name+" is being restored from a backup: the backup starts once the restore has ended"
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+	}
 	if running, err := r.otherRunning(ctx, b); err != nil {
 		return ctrl.Result{}, err
 	} else if running != "" {
@@ -179,6 +194,9 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		return ctrl.Result{}, err
 	}
 	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		// Retried with backoff; meanwhile the Backup says why it waits.
+		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonJobCreateFailed, fmt.Sprintf("creating the backup Job: %v", err)
+		r.event(b, db, corev1.EventTypeWarning, ReasonJobCreateFailed, "Backup %s: creating its Job failed: %v", b.Name, err)
 		return ctrl.Result{}, fmt.Errorf("creating the backup Job: %w", err)
 	}
 	now := metav1.NewTime(r.now())
@@ -189,25 +207,37 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 }
 
 // observeJob turns a finished Job into the Backup's outcome.
-func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *dbv1.Database, job *batchv1.Job, st *dbv1.BackupStatus) error {
+func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *dbv1.Database, job *batchv1.Job, st *dbv1.BackupStatus) (ctrl.Result, error) {
+	if st.Phase != dbv1.BackupRunning {
+		// The status write after the Job's creation was lost: it runs.
+		st.Phase, st.Reason, st.Job = dbv1.BackupRunning, "JobCreated", job.Name
+		if st.StartedAt == nil {
+			st.StartedAt = &job.CreationTimestamp
+		}
+	}
 	done, failedReason, failedMsg := jobFinished(job)
 	if !done {
-		return nil
+		return ctrl.Result{}, nil
 	}
-	result, found, err := jobResult(ctx, r.Client, job, componentBackup)
+	// The pods straight from the API server: the cache may lag behind the
+	// Job's condition, and a missing result must not fail a good backup.
+	result, found, err := jobResult(ctx, r.APIReader, job, componentBackup)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
+	}
+	if !found && failedReason == "" && resultMayLag(job, r.now()) {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 	switch {
 	case failedReason == "" && found && result.Succeeded:
 		st.Location, st.Path, st.Version, st.Position = result.Location, result.Path, result.Version, result.Position
 		st.Size, st.Checksum = result.Size, result.Checksum
-		msg := fmt.Sprintf("%d bytes at %s, consistent with %s", result.Size, result.Location, result.Position)
+		msg := fmt.Sprintf("%d bytes at %s, taken at position %s or later", result.Size, result.Location, result.Position)
 		if result.Message != "" {
 			msg += "; " + result.Message
 		}
 		r.finish(b, db, st, dbv1.BackupCompleted, ReasonBackupCompleted, msg)
-		return r.prune(ctx, b, result.Pruned)
+		return ctrl.Result{}, r.prune(ctx, b, result.Pruned)
 	case found && !result.Succeeded:
 		r.finish(b, db, st, dbv1.BackupFailed, result.Reason, result.Message)
 	case failedReason == batchv1.JobReasonDeadlineExceeded:
@@ -217,7 +247,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 	default:
 		r.finish(b, db, st, dbv1.BackupFailed, ReasonNoResult, "the backup Job completed without reporting a result")
 	}
-	return nil
+	return ctrl.Result{}, nil
 }
 
 // jobFinished reports whether a Job is done and, when it failed, why.
@@ -295,12 +325,14 @@ func (r *BackupReconciler) event(b *dbv1.Backup, db *dbv1.Database, typ, reason,
 // otherRunning names another Backup of the same Database that has a Job
 // running, if any.
 func (r *BackupReconciler) otherRunning(ctx context.Context, b *dbv1.Backup) (string, error) {
+	// From the API server: a backup that started a moment ago may not be
+	// Running in the cache yet, and two backups must not run at once.
 	list := &dbv1.BackupList{}
-	if err := r.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingFields{backupDatabaseIndex: b.Spec.Database.Name}); err != nil {
+	if err := r.APIReader.List(ctx, list, client.InNamespace(b.Namespace)); err != nil {
 		return "", fmt.Errorf("listing Backups: %w", err)
 	}
 	for _, o := range list.Items {
-		if o.Name != b.Name && o.Status.Phase == dbv1.BackupRunning {
+		if o.Name != b.Name && o.Spec.Database.Name == b.Spec.Database.Name && o.Status.Phase == dbv1.BackupRunning {
 			return o.Name, nil
 		}
 	}
@@ -416,8 +448,11 @@ func (r *BackupReconciler) prune(ctx context.Context, b *dbv1.Backup, names []st
 			}
 			return err
 		}
-		if o.Spec.Database.Name != b.Spec.Database.Name {
-			continue // a name clash: never delete another Database's record
+		// Only the records of the backups retention deleted: this
+		// Database's, at its own target, at the path that was deleted.
+		if o.Spec.Database.Name != b.Spec.Database.Name || o.Spec.Target != nil ||
+			o.Status.Path != backup.Path(b.Namespace, b.Spec.Database.Name, n) {
+			continue
 		}
 		if err := r.Delete(ctx, o, client.Preconditions{UID: &o.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting Backup %s (retention): %w", n, err)
@@ -458,4 +493,16 @@ func (r *BackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		})).
 		Complete(r)
+}
+
+// resultMayLag reports whether a Job finished so recently that its pod's
+// termination message may not have been written yet: the Job's condition
+// and the pod's status are separate writes.
+func resultMayLag(job *batchv1.Job, now time.Time) bool {
+	for _, c := range job.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return now.Sub(c.LastTransitionTime.Time) < 30*time.Second
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -46,7 +47,11 @@ func dueRun(s cron.Schedule, last, now time.Time) (due, next time.Time) {
 func scheduledBackupName(db *dbv1.Database, at time.Time) string {
 	prefix := db.Name
 	if len(prefix) > 38 {
-		prefix = prefix[:38]
+		// Shortened to fit a Job name; a hash of the whole name keeps two
+		// long names with one prefix apart.
+		h := fnv.New32a()
+		h.Write([]byte(db.Name))
+		prefix = fmt.Sprintf("%s-%08x", prefix[:29], h.Sum32())
 	}
 	return prefix + "-" + at.UTC().Format("200601021504")
 }
@@ -54,7 +59,7 @@ func scheduledBackupName(db *dbv1.Database, at time.Time) string {
 // reconcileBackupSchedule creates the Backup of a schedule time that came.
 func (r *DatabaseReconciler) reconcileBackupSchedule(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	p := db.Spec.Backup
-	if p == nil || p.Schedule == "" || p.Suspend {
+	if p == nil || p.Schedule == "" || p.Suspend || !restoreDone(db) {
 		return nil
 	}
 	sched, err := cronSchedule(p.Schedule)
@@ -78,7 +83,17 @@ func (r *DatabaseReconciler) reconcileBackupSchedule(ctx context.Context, db *db
 	}
 	// No owner reference: a Backup outlives its Database (it is how the
 	// Database is restored after deletion).
-	if err := r.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+	err = r.Create(ctx, b)
+	if apierrors.IsAlreadyExists(err) {
+		// A retried reconcile, or a name taken by something else.
+		existing := &dbv1.Backup{}
+		if gerr := r.Get(ctx, client.ObjectKeyFromObject(b), existing); gerr != nil {
+			return fmt.Errorf("reading Backup %s: %w", b.Name, gerr)
+		}
+		if existing.Spec.Database.Name != db.Name {
+			return fmt.Errorf("the scheduled Backup's name %s is taken by a Backup of %s", b.Name, existing.Spec.Database.Name)
+		}
+	} else if err != nil {
 		return fmt.Errorf("creating scheduled Backup %s: %w", b.Name, err)
 	}
 	t := metav1.NewTime(due)

@@ -94,7 +94,6 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Topology", r.reconcileTopology},
 		{"Restore", r.reconcileRestore},
 		{"Roles", r.reconcileRoles},
-		{"Backup", r.reconcileBackupSchedule},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
 			obs.failedPhase, obs.err = p.name, err
@@ -104,6 +103,14 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
 		obs.failedPhase, obs.err = "Observe", err
+	}
+	// Scheduled backups go on whatever failed above: a degraded Database
+	// needs its backups most.
+	if err := r.reconcileBackupSchedule(ctx, db, obs); err != nil {
+		r.event(db, corev1.EventTypeWarning, "Backup"+reasonPhaseFailedPostfix, "Backup", "%v", err)
+		if obs.err == nil {
+			obs.failedPhase, obs.err = "Backup", err
+		}
 	}
 	if err := r.observeBackups(ctx, db, obs); err != nil && obs.err == nil {
 		obs.failedPhase, obs.err = "Observe", err

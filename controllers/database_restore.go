@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup"
 )
 
 // Restored condition reasons.
@@ -21,7 +22,21 @@ const (
 	ReasonRestoreSucceeded = "RestoreSucceeded"
 	ReasonRestoreFailed    = "RestoreFailed"
 	ReasonWaitingForBackup = "WaitingForBackup"
+	// ReasonExistingDataKept: the primary already held data (a Database
+	// recreated over its retained volumes): the backup was not loaded and
+	// the data is served as it is.
+	ReasonExistingDataKept = "ExistingDataKept"
 )
+
+// restoreDone reports whether a bootstrap restore has ended, one way or the
+// other, or was never asked for.
+func restoreDone(db *dbv1.Database) bool {
+	if db.Spec.Bootstrap == nil {
+		return true
+	}
+	c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
+	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == ReasonRestoreFailed || c.Reason == ReasonExistingDataKept)
+}
 
 // restoreJobName is the Job that loads a Database's bootstrap backup.
 func restoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
@@ -37,7 +52,7 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		return nil
 	}
 	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
-	if cond != nil && cond.Status == metav1.ConditionTrue {
+	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonExistingDataKept) {
 		return nil
 	}
 	obs.restoring = true
@@ -67,19 +82,33 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		return r.startRestore(ctx, db, obs, target, path, set)
 	case err != nil:
 		return fmt.Errorf("reading the restore Job: %w", err)
+	case !metav1.IsControlledBy(job, db):
+		set(metav1.ConditionFalse, ReasonRestoreFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
+		return nil
 	}
 	done, failedReason, failedMsg := jobFinished(job)
 	if !done {
 		set(metav1.ConditionFalse, ReasonRestoring, fmt.Sprintf("restore Job %s is verifying and loading %s", job.Name, path))
 		return nil
 	}
-	result, found, err := jobResult(ctx, r.Client, job, componentRestor)
+	result, found, err := jobResult(ctx, r.APIReader, job, componentRestor)
 	if err != nil {
 		return err
 	}
+	if !found && failedReason == "" && resultMayLag(job, r.now()) {
+		set(metav1.ConditionFalse, ReasonRestoring, "waiting for the restore Job's result")
+		obs.requeueWithin(2e9)
+		return nil
+	}
 	switch {
+	case found && result.Reason == backup.ReasonNotEmpty:
+		msg := fmt.Sprintf("the backup %s was not loaded: %s (a Database recreated over its retained volumes keeps its data)", path, result.Message)
+		set(metav1.ConditionFalse, ReasonExistingDataKept, msg)
+		obs.restoring = false
+		r.event(db, corev1.EventTypeWarning, ReasonExistingDataKept, "Restore", "%s", msg)
+		return nil
 	case failedReason == "" && found && result.Succeeded:
-		msg := fmt.Sprintf("restored %s (%d bytes, checksums verified: %s), consistent with %s", result.Location, result.Size, result.Checksum, result.Position)
+		msg := fmt.Sprintf("restored %s (%d bytes, checksums verified: %s), taken at position %s or later", result.Location, result.Size, result.Checksum, result.Position)
 		set(metav1.ConditionTrue, ReasonRestoreSucceeded, msg)
 		obs.restoring = false
 		r.event(db, corev1.EventTypeNormal, ReasonRestoreSucceeded, "Restore", "%s", msg)

@@ -39,12 +39,13 @@ func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Databa
 		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if obs.restoring {
+			// No endpoint before the backup is loaded: neither the
+			// read-write one nor read-only replicas of partial data.
+			continue
+		}
 		role := roleReplica
 		if pod.Name == primary {
-			if obs.restoring {
-				// No read-write endpoint before the backup is loaded.
-				continue
-			}
 			role = rolePrimary
 		}
 		if pod.Labels[labelRole] == role {

@@ -55,7 +55,7 @@ func busy(dbs []dbv1.Database, backups []dbv1.Backup) []string {
 			out = append(out, key+": failover of "+db.Status.CurrentPrimary)
 		case db.Spec.Primary != "" && db.Status.CurrentPrimary != "" && db.Spec.Primary != db.Status.CurrentPrimary:
 			out = append(out, key+": switchover to "+db.Spec.Primary)
-		case restoring(&db):
+		case !restoreDone(&db):
 			out = append(out, key+": restore from a backup")
 		}
 	}
@@ -66,16 +66,6 @@ func busy(dbs []dbv1.Database, backups []dbv1.Backup) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// restoring reports a Database whose bootstrap restore has not ended
-// (neither succeeded nor failed).
-func restoring(db *dbv1.Database) bool {
-	if db.Spec.Bootstrap == nil {
-		return false
-	}
-	c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
-	return c == nil || (c.Status != metav1.ConditionTrue && c.Reason != ReasonRestoreFailed)
 }
 
 // upgradeableCondition is what the reporter sets for the Databases.

@@ -88,3 +88,20 @@ func TestManifestValidate(t *testing.T) {
 		t.Errorf("checksums %s %s", a.Checksum(), b.Checksum())
 	}
 }
+
+func TestWithoutAccounts(t *testing.T) {
+	users := "CREATE USER IF NOT EXISTS `mariadb.sys`@`localhost` ACCOUNT LOCK;\n" +
+		"CREATE USER IF NOT EXISTS `root`@`%` IDENTIFIED BY PASSWORD '*5E6F';\n" +
+		"CREATE USER IF NOT EXISTS `shopper`@`%` IDENTIFIED BY PASSWORD '*0C90';\n" +
+		"/*M!100005 GRANT 'reader' TO 'root'@'%' WITH ADMIN OPTION */;\n" +
+		"GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` IDENTIFIED BY PASSWORD '*5E6F' WITH GRANT OPTION;\n" +
+		"GRANT SELECT ON `shop`.* TO `shopper`@`%`;\n" +
+		"GRANT SELECT ON `shop`.* TO `rooted`@`%`;\n"
+	got := string(withoutAccounts([]byte(users), "root", "mariadb.sys"))
+	want := "CREATE USER IF NOT EXISTS `shopper`@`%` IDENTIFIED BY PASSWORD '*0C90';\n" +
+		"GRANT SELECT ON `shop`.* TO `shopper`@`%`;\n" +
+		"GRANT SELECT ON `shop`.* TO `rooted`@`%`;\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

@@ -91,6 +91,13 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	m := &Manifest{Format: FormatVersion, Engine: o.Server.Engine, Namespace: o.Namespace, Database: o.Database,
 		Backup: o.Name, Instance: o.Instance, StartedAt: now().UTC()}
 
+	// Never write into another backup's directory: a reused Backup name
+	// would overwrite it, and a failure would then delete its files.
+	if existing, err := o.Store.List(ctx, dir+"/"); err != nil {
+		return nil, nil, fail(ReasonTargetFailed, "checking %s: %w", o.Store.Location(dir), err)
+	} else if len(existing) > 0 {
+		return nil, nil, fail(ReasonInvalid, "%s already holds a backup (%d files): give the new backup another name", o.Store.Location(dir), len(existing))
+	}
 	inst, err := engine.Open(ctx, o.Server.Engine, o.Server.endpoint(), engine.Credentials{User: o.Server.User, Password: o.Server.Password}, engine.Options{})
 	if err != nil {
 		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
@@ -188,13 +195,22 @@ func dumpJobs(s Server, databases []string) []dumpJob {
 		}
 		return jobs
 	case dbv1.EngineMySQL:
+		// --set-gtid-purged=OFF: with ON the dump turns binary logging off
+		// for its load, and the restored Database's replicas would never
+		// receive the data. The position is the one read before the dump.
 		cmd := []string{"mysqldump", host, port, "--user=" + s.User, "--protocol=tcp", "--single-transaction",
-			"--set-gtid-purged=ON", "--source-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
+			"--set-gtid-purged=OFF", "--source-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
 		return []dumpJob{{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)}}
 	default:
+		// Accounts first (the mysql schema itself is not dumped: it holds
+		// the superuser, whose password is the restored Database's own).
+		users := []string{"mariadb-dump", host, port, "--user=" + s.User, "--protocol=tcp", "--system=users", "--insert-ignore"}
 		cmd := []string{"mariadb-dump", host, port, "--user=" + s.User, "--protocol=tcp", "--single-transaction",
 			"--gtid", "--master-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
-		return []dumpJob{{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)}}
+		return []dumpJob{
+			{file: File{Name: "users.sql", Kind: KindUsers}, cmd: users},
+			{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)},
+		}
 	}
 }
 

@@ -8,6 +8,7 @@
 //	manifest.json   what the backup holds (written last: no manifest, no backup)
 //	globals.sql     PostgreSQL roles and tablespaces (pg_dumpall --globals-only)
 //	db-0001.dump    PostgreSQL: one pg_dump custom-format file per database
+//	users.sql       MariaDB: accounts, roles and grants (mariadb-dump --system=users)
 //	dump.sql        MySQL/MariaDB: one consistent dump of every user schema
 package backup
 
@@ -63,6 +64,8 @@ const (
 	KindGlobals = "globals"
 	KindPGDump  = "pg_dump"
 	KindSQL     = "sql"
+	// KindUsers is MariaDB's accounts and grants (mariadb-dump --system=users).
+	KindUsers = "users"
 )
 
 // Size is the backup's total size in bytes.

@@ -16,6 +16,7 @@ import (
 	"strconv"
 
 	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/engine"
 )
 
 // RestoreOptions describe one restore.
@@ -67,6 +68,11 @@ func Restore(ctx context.Context, o RestoreOptions) (*Manifest, error) {
 	if m.Engine != o.Server.Engine {
 		return nil, fail(ReasonInvalid, "%s is a %s backup and cannot be restored into %s", o.Store.Location(o.Path), m.Engine, o.Server.Engine)
 	}
+	// Only into an empty server: a restore never replaces data (a Database
+	// recreated over its retained volumes keeps them).
+	if err := checkEmpty(ctx, o.Server); err != nil {
+		return nil, err
+	}
 	local := make([]string, len(m.Files))
 	for i, f := range m.Files {
 		if local[i], err = download(ctx, o.Store, o.Path, f, o.Scratch); err != nil {
@@ -79,6 +85,25 @@ func Restore(ctx context.Context, o RestoreOptions) (*Manifest, error) {
 		}
 	}
 	return m, nil
+}
+
+// ReasonNotEmpty: the server to restore into already holds data.
+const ReasonNotEmpty = "TargetNotEmpty"
+
+func checkEmpty(ctx context.Context, s Server) error {
+	inst, err := engine.Open(ctx, s.Engine, s.endpoint(), engine.Credentials{User: s.User, Password: s.Password}, engine.Options{})
+	if err != nil {
+		return fail(ReasonDatabaseUnreachable, "%w", err)
+	}
+	defer inst.Close()
+	empty, err := inst.Empty(ctx)
+	switch {
+	case err != nil:
+		return fail(ReasonDatabaseUnreachable, "%w", err)
+	case !empty:
+		return fail(ReasonNotEmpty, "the server already holds data: a backup is only loaded into an empty one, nothing was changed")
+	}
+	return nil
 }
 
 // download copies one file of a backup to dir and verifies it.
@@ -136,6 +161,13 @@ func load(ctx context.Context, s Server, f File, local string) error {
 			cmd = append(cmd, "--create", "--dbname=postgres")
 		}
 		cmd = append(cmd, local)
+	case KindUsers:
+		b, err := os.ReadFile(local)
+		if err != nil {
+			return fail(ReasonLoadFailed, "%w", err)
+		}
+		stdin = bytes.NewReader(withoutAccounts(b, s.User, "mariadb.sys"))
+		cmd = []string{"mariadb", host, port, "--user=" + s.User, "--protocol=tcp", "--binary-mode"}
 	case KindSQL:
 		client := "mariadb"
 		if s.Engine == "mysql" {
@@ -176,6 +208,25 @@ func withoutRole(globals []byte, role string) []byte {
 	var out bytes.Buffer
 	for _, line := range bytes.SplitAfter(globals, []byte("\n")) {
 		if !re.Match(line) {
+			out.Write(line)
+		}
+	}
+	return out.Bytes()
+}
+
+// withoutAccounts drops the lines of a MariaDB users dump that create,
+// grant to or alter the given accounts (any host): the superuser keeps the
+// restored Database's password, the system account stays as installed.
+func withoutAccounts(users []byte, names ...string) []byte {
+	var out bytes.Buffer
+	for _, line := range bytes.SplitAfter(users, []byte("\n")) {
+		skip := false
+		for _, n := range names {
+			if bytes.Contains(line, []byte("`"+n+"`@")) || bytes.Contains(line, []byte("'"+n+"'@")) {
+				skip = true
+			}
+		}
+		if !skip {
 			out.Write(line)
 		}
 	}

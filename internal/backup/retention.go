@@ -45,7 +45,12 @@ func Prune(ctx context.Context, store storage.Store, namespace, database, keep s
 	if err != nil {
 		return nil, fmt.Errorf("listing backups at %s: %w", store.Location(prefix), err)
 	}
-	var backups []*Manifest
+	// A backup is named by its directory, whatever its manifest says.
+	type found struct {
+		name string
+		m    *Manifest
+	}
+	var backups []found
 	for _, k := range keys {
 		if path.Base(k) != ManifestName || path.Dir(path.Dir(k))+"/" != prefix {
 			continue
@@ -54,14 +59,15 @@ func Prune(ctx context.Context, store storage.Store, namespace, database, keep s
 		if err != nil {
 			continue // not ours to judge; left alone
 		}
-		backups = append(backups, m)
+		backups = append(backups, found{name: path.Base(path.Dir(k)), m: m})
 	}
 	// Newest first.
-	slices.SortFunc(backups, func(a, b *Manifest) int { return b.CompletedAt.Compare(a.CompletedAt) })
+	slices.SortFunc(backups, func(a, b found) int { return b.m.CompletedAt.Compare(a.m.CompletedAt) })
 	var pruned []string
 	kept := 0
-	for _, m := range backups {
-		if m.Backup == keep {
+	for _, b := range backups {
+		m := b.m
+		if b.name == keep {
 			kept++
 			continue
 		}
@@ -71,11 +77,11 @@ func Prune(ctx context.Context, store storage.Store, namespace, database, keep s
 			kept++
 			continue
 		}
-		dir := Path(namespace, database, m.Backup)
+		dir := Path(namespace, database, b.name)
 		if err := deleteBackup(ctx, store, dir, m); err != nil {
 			return pruned, err
 		}
-		pruned = append(pruned, m.Backup)
+		pruned = append(pruned, b.name)
 	}
 	return pruned, nil
 }

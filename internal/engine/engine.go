@@ -114,6 +114,10 @@ type Instance interface {
 	// that accepts connections except templates (PostgreSQL), every schema
 	// except the server's own (MySQL/MariaDB).
 	Databases(ctx context.Context) ([]string, error)
+	// Empty reports whether the server holds no user data: nothing but the
+	// default postgres database without tables (PostgreSQL), no user schema
+	// (MySQL/MariaDB). A restore loads only into an empty server.
+	Empty(ctx context.Context) (bool, error)
 	// Close ends the connection.
 	Close() error
 }

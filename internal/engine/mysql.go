@@ -338,3 +338,8 @@ func (m *mysqlFamily) Databases(ctx context.Context) ([]string, error) {
 	}
 	return names, rows.Err()
 }
+
+func (m *mysqlFamily) Empty(ctx context.Context) (bool, error) {
+	dbs, err := m.Databases(ctx)
+	return len(dbs) == 0, err
+}

@@ -299,3 +299,15 @@ func (p *postgres) Databases(ctx context.Context) ([]string, error) {
 	}
 	return names, nil
 }
+
+func (p *postgres) Empty(ctx context.Context) (bool, error) {
+	var others, tables int
+	err := p.conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_database WHERE NOT datistemplate AND datname <> 'postgres'),
+		(SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		  WHERE c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_%')`).Scan(&others, &tables)
+	if err != nil {
+		return false, fmt.Errorf("PostgreSQL %s: checking for data: %w", p.ep, err)
+	}
+	return others == 0 && tables == 0, nil
+}

@@ -92,6 +92,9 @@ func TestMariaDBBackupRestore(t *testing.T) {
 	servers := testservers.StartMariaDBCluster(t, "shop", 2)
 	primary, replica := servers[0], servers[1]
 	fillMariaDB(t, ctx, primary, 20000)
+	// An application account with a role and grants: restored with the data.
+	mariaExec(t, ctx, primary, "CREATE USER 'shopper'@'%' IDENTIFIED BY 'shopper-pw-1'", "CREATE ROLE reader",
+		"GRANT SELECT ON shop.* TO reader", "GRANT reader TO 'shopper'@'%'", "SET DEFAULT ROLE reader FOR 'shopper'@'%'", "GRANT INSERT ON shop.* TO 'shopper'@'%'")
 	want := mariaFingerprint(t, ctx, primary, "shop.orders")
 	waitFor(t, ctx, func() bool { return mariaFingerprint(t, ctx, replica, "shop.orders") == want })
 
@@ -117,6 +120,23 @@ func TestMariaDBBackupRestore(t *testing.T) {
 				t.Errorf("restored: %s, want %s", f, want)
 			}
 			mariaExec(t, ctx, fresh, "CALL shop.count_orders()")
+			// The account logs in with its own password and has its grants.
+			db, err := fresh.DB(ctx, "shopper", "shopper-pw-1")
+			if err != nil {
+				t.Fatalf("restored account: %v", err)
+			}
+			defer db.Close()
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM shop.orders").Scan(&n); err != nil || n != 20000 {
+				t.Errorf("restored account reads %d rows: %v", n, err)
+			}
+			if _, err := db.ExecContext(ctx, "DELETE FROM shop.orders"); err == nil {
+				t.Error("the restored account got more privileges than it had")
+			}
+			// The superuser keeps the fresh server's password.
+			if _, err := fresh.DB(ctx, "root", testservers.MariaDBRootPassword); err != nil {
+				t.Errorf("root after restore: %v", err)
+			}
 		})
 	}
 }
@@ -163,6 +183,20 @@ func TestRestoreRefusesCorruptBackup(t *testing.T) {
 	if after, _ := os.ReadFile(victim); string(after) != string(b) {
 		t.Error("the restore changed the backup")
 	}
+	// A good backup is never loaded over data: the server it was taken
+	// from is not empty.
+	if _, _, err := backup.Run(ctx, backup.Options{Server: pgServer(primary), Store: store, Namespace: "ns", Database: "db", Name: "b2"}); err != nil {
+		t.Fatal(err)
+	}
+	before := pgFingerprint(t, ctx, primary, "postgres", "orders")
+	pgExec(t, ctx, primary, "postgres", "INSERT INTO orders VALUES (1000001, 'written after the backup')")
+	_, err = backup.Restore(ctx, backup.RestoreOptions{Server: pgServer(primary), Store: store, Path: "ns/db/b2", Scratch: t.TempDir()})
+	if backup.ReasonOf(err) != backup.ReasonNotEmpty {
+		t.Fatalf("restore into a server with data: %v", err)
+	}
+	if after := pgFingerprint(t, ctx, primary, "postgres", "orders"); after == before {
+		t.Error("the refused restore rolled the data back")
+	}
 	// A missing file is refused the same way.
 	if err := os.Remove(victim); err != nil {
 		t.Fatal(err)
@@ -198,6 +232,13 @@ func TestRetention(t *testing.T) {
 		if _, err := take(name, i, backup.Retention{}, mariaServer(m)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A Backup name used again never touches the backup of that name.
+	if _, err := take("b2", 9, backup.Retention{}, mariaServer(m)); backup.ReasonOf(err) != backup.ReasonInvalid || !strings.Contains(err.Error(), "already holds a backup") {
+		t.Fatalf("a reused name: %v", err)
+	}
+	if _, err := backup.ReadManifest(ctx, store, "ns/db/b2"); err != nil {
+		t.Fatalf("the existing backup after a reused name: %v", err)
 	}
 	// A backup of another Database at the same target is never touched.
 	if _, _, err := backup.Run(ctx, backup.Options{Server: mariaServer(m), Store: store, Namespace: "ns", Database: "other", Name: "o1", Now: clock(day0)}); err != nil {

@@ -271,6 +271,18 @@ func TestPostgresScheduledBackupRetentionRestore(t *testing.T) {
 	if ready := waitCondition(t, copyDB, dbv1.ConditionReady, metav1.ConditionFalse, "Restoring"); ready == nil {
 		t.Error("not Ready=False Restoring")
 	}
+	// A backup of the Database being restored waits for the restore.
+	newBackup(t, ns, "copy-early", "bk-copy")
+	eventually(t, 30*time.Second, "copy-early pending", func() string {
+		got := &dbv1.Backup{}
+		if err := testEnv.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "copy-early"}, got); err != nil {
+			return err.Error()
+		}
+		if got.Status.Phase != dbv1.BackupPending || got.Status.Reason != "DatabaseRestoring" {
+			return fmt.Sprintf("%s %s", got.Status.Phase, got.Status.Reason)
+		}
+		return ""
+	})
 	release()
 	c = waitCondition(t, copyDB, dbv1.ConditionRestored, metav1.ConditionTrue, "RestoreSucceeded")
 	if !strings.Contains(c.Message, "checksums verified") {
@@ -279,6 +291,36 @@ func TestPostgresScheduledBackupRetentionRestore(t *testing.T) {
 	waitRunning(t, copyDB, 1)
 	if got := pgCount(t, fresh[0]); got != want {
 		t.Errorf("restored %d rows, backed up %d", got, want)
+	}
+	if b := waitBackup(t, ns, "copy-early"); b.Status.Phase != dbv1.BackupCompleted {
+		t.Errorf("the backup asked for during the restore: %+v", b.Status)
+	}
+
+	// Recreated over volumes that hold data (a Database deleted with
+	// deletionPolicy Retain and applied again): the data is kept and
+	// served, the backup not loaded over it.
+	kept := testservers.StartPostgresCluster(t, "bk-kept", 1)
+	testEnv.servers.set(ns, kept[0].Pod, kept[0].Port)
+	createCredentials(t, ns, "bk-kept", "postgres", kept[0].Password)
+	if err := pgExec(t, kept[0], "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgExec(t, kept[0], "INSERT INTO orders (note) VALUES ('newer than any backup')"); err != nil {
+		t.Fatal(err)
+	}
+	keptDB := database(ns, "bk-kept", dbv1.EnginePostgreSQL, 1, func(d *dbv1.Database) {
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "manual-2"}}
+	})
+	if err := testEnv.client.Create(ctx, keptDB); err != nil {
+		t.Fatal(err)
+	}
+	c = waitCondition(t, keptDB, dbv1.ConditionRestored, metav1.ConditionFalse, "ExistingDataKept")
+	if !strings.Contains(c.Message, "already holds data") {
+		t.Errorf("Restored: %+v", c)
+	}
+	waitRunning(t, keptDB, 1)
+	if got := pgCount(t, kept[0]); got != 1 {
+		t.Errorf("the kept server has %d rows, want its own 1", got)
 	}
 
 	// A corrupted backup: the restore is refused, the backup left as it is.
