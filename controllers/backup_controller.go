@@ -84,6 +84,9 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if werr := r.writeStatus(ctx, b, st); werr != nil {
 		return ctrl.Result{}, werr
 	}
+	if b.Status.Phase.Finished() {
+		r.announce(ctx, b)
+	}
 	return res, err
 }
 
@@ -93,7 +96,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 	db := &dbv1.Database{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database.Name}, db); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.finish(b, nil, st, dbv1.BackupFailed, ReasonDatabaseNotFound, fmt.Sprintf("Database %q does not exist in namespace %s", b.Spec.Database.Name, b.Namespace))
+			r.finish(st, dbv1.BackupFailed, ReasonDatabaseNotFound, fmt.Sprintf("Database %q does not exist in namespace %s", b.Spec.Database.Name, b.Namespace))
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -110,7 +113,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 		} else if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job %s disappeared before it reported a result", b.Name))
+		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job %s disappeared before it reported a result", b.Name))
 		return ctrl.Result{}, nil
 	case apierrors.IsNotFound(err):
 		return r.start(ctx, b, db, st)
@@ -118,7 +121,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 		return ctrl.Result{}, err
 	}
 	if !metav1.IsControlledBy(job, b) {
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Backup", b.Name))
+		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Backup", b.Name))
 		return ctrl.Result{}, nil
 	}
 	return r.observeJob(ctx, b, db, job, st)
@@ -147,7 +150,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		return ctrl.Result{}, err
 	} else if running != "" {
 		if b.Labels[labelScheduled] == "true" {
-			r.finish(b, db, st, dbv1.BackupSkipped, ReasonPreviousRunning, fmt.Sprintf("skipped: backup %s of the same Database was still running at the scheduled time", running))
+			r.finish(st, dbv1.BackupSkipped, ReasonPreviousRunning, fmt.Sprintf("skipped: backup %s of the same Database was still running at the scheduled time", running))
 			return ctrl.Result{}, nil
 		}
 		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonWaitingForPrevous, fmt.Sprintf("waiting for backup %s of the same Database to finish", running)
@@ -155,7 +158,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	}
 	target := backupTarget(b, db)
 	if err := checkTarget(ctx, r.APIReader, b.Namespace, target); err != nil {
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonTargetInvalid, err.Error())
+		r.finish(st, dbv1.BackupFailed, ReasonTargetInvalid, err.Error())
 		return ctrl.Result{}, nil
 	}
 	if err := r.ensureClaim(ctx, db, target); err != nil {
@@ -168,7 +171,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	if pod == nil {
 		age := r.now().Sub(b.CreationTimestamp.Time)
 		if age > time.Duration(deadline(b, db))*time.Second {
-			r.finish(b, db, st, dbv1.BackupFailed, ReasonDeadlineExceeded, fmt.Sprintf("no instance of %s was ready within the deadline (%ds)", db.Name, deadline(b, db)))
+			r.finish(st, dbv1.BackupFailed, ReasonDeadlineExceeded, fmt.Sprintf("no instance of %s was ready within the deadline (%ds)", db.Name, deadline(b, db)))
 			return ctrl.Result{}, nil
 		}
 		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonNoInstanceReady, "waiting for a ready instance of "+db.Name
@@ -187,7 +190,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	job, err := buildJob(jobRequest{name: b.Name, component: componentBackup, db: db, instance: pod, target: target,
 		args: args, deadline: deadline(b, db), labels: map[string]string{labelBackup: b.Name}}, r.OperatorImage)
 	if err != nil {
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, err.Error())
+		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, err.Error())
 		return ctrl.Result{}, nil
 	}
 	if err := controllerutil.SetControllerReference(b, job, r.Scheme); err != nil {
@@ -201,7 +204,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	}
 	now := metav1.NewTime(r.now())
 	st.Phase, st.Reason, st.Message = dbv1.BackupRunning, "JobCreated", fmt.Sprintf("backing up %s from %s", db.Name, pod.Name)
-	st.StartedAt, st.Instance, st.Job = &now, pod.Name, job.Name
+	st.StartedAt, st.Instance, st.Job, st.Target = &now, pod.Name, job.Name, resolvedTarget(target, db)
 	r.event(b, db, corev1.EventTypeNormal, "BackupStarted", "Backup %s of %s started from %s", b.Name, db.Name, pod.Name)
 	return ctrl.Result{}, nil
 }
@@ -236,16 +239,16 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 		if result.Message != "" {
 			msg += "; " + result.Message
 		}
-		r.finish(b, db, st, dbv1.BackupCompleted, ReasonBackupCompleted, msg)
+		r.finish(st, dbv1.BackupCompleted, ReasonBackupCompleted, msg)
 		return ctrl.Result{}, r.prune(ctx, b, result.Pruned)
 	case found && !result.Succeeded:
-		r.finish(b, db, st, dbv1.BackupFailed, result.Reason, result.Message)
+		r.finish(st, dbv1.BackupFailed, result.Reason, result.Message)
 	case failedReason == batchv1.JobReasonDeadlineExceeded:
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonDeadlineExceeded, fmt.Sprintf("the backup ran longer than its deadline (%ds) and was stopped", deadline(b, db)))
+		r.finish(st, dbv1.BackupFailed, ReasonDeadlineExceeded, fmt.Sprintf("the backup ran longer than its deadline (%ds) and was stopped", deadline(b, db)))
 	case failedReason != "":
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job failed (%s): %s", failedReason, failedMsg))
+		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job failed (%s): %s", failedReason, failedMsg))
 	default:
-		r.finish(b, db, st, dbv1.BackupFailed, ReasonNoResult, "the backup Job completed without reporting a result")
+		r.finish(st, dbv1.BackupFailed, ReasonNoResult, "the backup Job completed without reporting a result")
 	}
 	return ctrl.Result{}, nil
 }
@@ -294,18 +297,28 @@ func jobResult(ctx context.Context, c client.Reader, job *batchv1.Job, container
 	return backup.Result{}, false, nil
 }
 
-// finish records a final phase with its Events and metrics.
-func (r *BackupReconciler) finish(b *dbv1.Backup, db *dbv1.Database, st *dbv1.BackupStatus, phase dbv1.BackupPhase, reason, msg string) {
+// finish records a final phase. Its Events and metrics follow once the
+// status is written (announce), so a failed write never counts twice.
+func (r *BackupReconciler) finish(st *dbv1.BackupStatus, phase dbv1.BackupPhase, reason, msg string) {
 	if reason == "" {
 		reason = string(phase)
 	}
 	now := metav1.NewTime(r.now())
 	st.Phase, st.Reason, st.Message, st.CompletedAt = phase, reason, msg, &now
-	typ, event := corev1.EventTypeWarning, "Backup"+string(phase)
-	if phase == dbv1.BackupCompleted {
+}
+
+// announce tells of a finished Backup: Events on it and its Database, metrics.
+func (r *BackupReconciler) announce(ctx context.Context, b *dbv1.Backup) {
+	st := &b.Status
+	typ, event := corev1.EventTypeWarning, "Backup"+string(st.Phase)
+	if st.Phase == dbv1.BackupCompleted {
 		typ = corev1.EventTypeNormal
 	}
-	r.event(b, db, typ, event, "Backup %s %s: %s", b.Name, strings.ToLower(string(phase)), msg)
+	db := &dbv1.Database{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database.Name}, db); err != nil {
+		db = nil
+	}
+	r.event(b, db, typ, event, "Backup %s %s: %s", b.Name, strings.ToLower(string(st.Phase)), st.Message)
 	if r.Metrics != nil {
 		r.Metrics.observe(b, st)
 	}
@@ -505,4 +518,17 @@ func resultMayLag(job *batchv1.Job, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// resolvedTarget is a target as recorded in a Backup's status: a volume
+// target names its claim, so that a restore into another Database finds it.
+func resolvedTarget(t dbv1.BackupTarget, db *dbv1.Database) *dbv1.BackupTarget {
+	out := t.DeepCopy()
+	if out.S3 == nil {
+		if out.Volume == nil {
+			out.Volume = &dbv1.VolumeTarget{}
+		}
+		out.Volume.ClaimName = claimName(t, db)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -72,4 +73,21 @@ func (m *BackupMetrics) observe(b *dbv1.Backup, st *dbv1.BackupStatus) {
 		return
 	}
 	m.lastOK.WithLabelValues(ns, db).Set(0)
+}
+
+// restore sets a Database's gauges from its Backups as observed, so that
+// they are right after an operator restart, before any backup finishes.
+func (m *BackupMetrics) restore(db *dbv1.Database, last *dbv1.Backup, lastSuccess *metav1.Time) {
+	if m == nil || last == nil {
+		return
+	}
+	ns, name := db.Namespace, db.Name
+	ok := 0.0
+	if last.Status.Phase == dbv1.BackupCompleted {
+		ok = 1
+	}
+	m.lastOK.WithLabelValues(ns, name).Set(ok)
+	if lastSuccess != nil {
+		m.lastSuccess.WithLabelValues(ns, name).Set(float64(lastSuccess.Unix()))
+	}
 }

@@ -41,6 +41,8 @@ type DatabaseReconciler struct {
 	Positions *PrimaryPositions
 	// Now is the clock (tests move it); nil means time.Now.
 	Now func() time.Time
+	// BackupMetrics get their gauges from each Database's Backups.
+	BackupMetrics *BackupMetrics
 }
 
 // +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
@@ -115,6 +117,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.observeBackups(ctx, db, obs); err != nil && obs.err == nil {
 		obs.failedPhase, obs.err = "Observe", err
 	}
+	r.BackupMetrics.restore(db, obs.lastBackup, obs.lastSuccessfulBackup)
 
 	st := computeStatus(db, obs)
 	result := ctrl.Result{}

@@ -150,11 +150,15 @@ func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Databas
 	if b.Status.Engine != "" && b.Status.Engine != db.Spec.Engine {
 		return dbv1.BackupTarget{}, "", "", fmt.Errorf("Backup %s is a %s backup and cannot be restored into a %s Database", b.Name, b.Status.Engine, db.Spec.Engine)
 	}
-	// The Backup's target lives in the Backup or in its source Database.
+	// The target the backup went to, as recorded; for Backups recorded
+	// without it, the Backup's own or its source Database's.
 	target := dbv1.BackupTarget{}
-	if b.Spec.Target != nil {
+	switch {
+	case b.Status.Target != nil:
+		target = *b.Status.Target
+	case b.Spec.Target != nil:
 		target = *b.Spec.Target
-	} else {
+	default:
 		src := &dbv1.Database{}
 		err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: b.Spec.Database.Name}, src)
 		switch {
@@ -166,9 +170,10 @@ func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Databas
 		default:
 			return dbv1.BackupTarget{}, "", "", err
 		}
-		if target.S3 == nil && (target.Volume == nil || target.Volume.ClaimName == "") {
-			target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
-		}
+	}
+	if target.S3 == nil && (target.Volume == nil || target.Volume.ClaimName == "") {
+		// The backed-up Database's default claim, not the new one's.
+		target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
 	}
 	return target, b.Status.Path, "", nil
 }

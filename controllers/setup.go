@@ -86,6 +86,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := indexBackups(context.Background(), mgr); err != nil {
 		return fmt.Errorf("indexing Backups: %w", err)
 	}
+	backupMetrics, err := NewBackupMetrics(metrics.Registry)
+	if err != nil {
+		return err
+	}
 	renderer, err := chart.Load(helmcharts.Database, "database")
 	if err != nil {
 		return err
@@ -99,13 +103,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Values:    opts.Values,
 		Instances: &InstanceConnector{Client: mgr.GetClient(), Resolve: opts.Resolve},
 		Positions: &PrimaryPositions{},
+
+		BackupMetrics: backupMetrics,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Database controller: %w", err)
-	}
-	backupMetrics, err := NewBackupMetrics(metrics.Registry)
-	if err != nil {
-		return err
 	}
 	br := &BackupReconciler{
 		Client:        client.WithFieldOwner(mgr.GetClient(), FieldOwner),

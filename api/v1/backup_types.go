@@ -271,6 +271,11 @@ type BackupStatus struct {
 	// Path is the backup's path in its target; spec.bootstrap.source.path takes it.
 	// +optional
 	Path string `json:"path,omitempty"`
+	// Target is the target the backup went to (it names Secrets, never
+	// holds them): a restore finds it even after the Database's own target
+	// changed or the Database was deleted.
+	// +optional
+	Target *BackupTarget `json:"target,omitempty"`
 	// Size is the backup's size in bytes.
 	// +optional
 	Size int64 `json:"size,omitempty"`

@@ -56,7 +56,10 @@ func TestPostgresBackupRestore(t *testing.T) {
 				t.Errorf("size %d checksum %s", m.Size(), m.Checksum())
 			}
 
+			// Restored into a primary that already has a streaming replica:
+			// the replica gets the data too.
 			fresh := testservers.StartPostgresPrimary(t)
+			freshReplica := fresh.StartReplica(t)
 			got, err := backup.Restore(ctx, backup.RestoreOptions{Server: pgServer(fresh), Store: store,
 				Path: backup.Path("prod", "orders", "orders-1"), Scratch: t.TempDir()})
 			if err != nil {
@@ -71,6 +74,7 @@ func TestPostgresBackupRestore(t *testing.T) {
 			if f := pgFingerprint(t, ctx, fresh, "shop", "items"); f != wantShop {
 				t.Errorf("restored shop.items: %s, want %s", f, wantShop)
 			}
+			waitFor(t, ctx, func() bool { return pgFingerprint(t, ctx, freshReplica, "postgres", "orders") == want })
 			// The application role came back with its password; the
 			// superuser's password is still the fresh server's own.
 			conn, err := pgx.Connect(ctx, "host=127.0.0.1 user=app password=app-secret-1 dbname=shop port="+itoa(fresh.Port))
@@ -111,7 +115,9 @@ func TestMariaDBBackupRestore(t *testing.T) {
 			if parts := strings.Split(m.Position, "-"); len(parts) != 3 || !strings.Contains(m.Version, "MariaDB") {
 				t.Errorf("position %q version %q", m.Position, m.Version)
 			}
-			fresh := testservers.StartMariaDBPrimary(t)
+			// Restored into a primary with a replica: the replica gets the data too.
+			pair := testservers.StartMariaDBCluster(t, "copy-"+name, 2)
+			fresh := pair[0]
 			if _, err := backup.Restore(ctx, backup.RestoreOptions{Server: mariaServer(fresh), Store: store,
 				Path: backup.Path("prod", "shop", "shop-1"), Scratch: t.TempDir()}); err != nil {
 				t.Fatal(err)
@@ -120,6 +126,7 @@ func TestMariaDBBackupRestore(t *testing.T) {
 				t.Errorf("restored: %s, want %s", f, want)
 			}
 			mariaExec(t, ctx, fresh, "CALL shop.count_orders()")
+			waitFor(t, ctx, func() bool { return mariaFingerprint(t, ctx, pair[1], "shop.orders") == want })
 			// The account logs in with its own password and has its grants.
 			db, err := fresh.DB(ctx, "shopper", "shopper-pw-1")
 			if err != nil {

@@ -220,6 +220,9 @@ func TestPostgresScheduledBackupRetentionRestore(t *testing.T) {
 		(first.Status.Instance != "bk-1" && first.Status.Instance != "bk-2") {
 		t.Fatalf("scheduled backup status %+v", first.Status)
 	}
+	if tg := first.Status.Target; tg == nil || tg.Volume == nil || tg.Volume.ClaimName != "bk-backups" {
+		t.Errorf("recorded target %+v", tg)
+	}
 	c := waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, "Completed")
 	if !strings.Contains(c.Message, first.Name) {
 		t.Errorf("condition %+v", c)
