@@ -111,7 +111,6 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		{"storage class change", pg, func(db *dbv1.Database) { db.Spec.Storage.StorageClassName = ptr.To("fast") }, "storageClassName is immutable"},
 		{"storage class removal", pg, func(db *dbv1.Database) { db.Spec.Storage.StorageClassName = nil }, "storageClassName is immutable"},
 		{"postgresql major upgrade", pg, func(db *dbv1.Database) { db.Spec.Version = "16" }, "PostgreSQL major version cannot change in place"},
-		{"version removal", pg, func(db *dbv1.Database) { db.Spec.Version = "" }, "version cannot be removed once set"},
 		{"mariadb downgrade", maria, func(db *dbv1.Database) { db.Spec.Version = "10.11" }, "MariaDB version cannot be downgraded"},
 		{"too many replicas", maria, func(db *dbv1.Database) { db.Spec.Replicas = 12 }, "should be less than or equal to 10"},
 		{"bootstrap added later", maria, func(db *dbv1.Database) {
@@ -144,6 +143,14 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 				t.Errorf("the refused update changed the stored spec:\n%+v\n%+v", before.Spec, after.Spec)
 			}
 		})
+	}
+
+	// An update without the version (a manifest re-applied that never named
+	// one) keeps the version set: the defaulting webhook fills it back in.
+	updateSpec(t, pg, func(db *dbv1.Database) { db.Spec.Version = "" })
+	kept := &dbv1.Database{}
+	if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(pg), kept); err != nil || kept.Spec.Version != "15" {
+		t.Errorf("version after an update without it: %q (%v), want 15", kept.Spec.Version, err)
 	}
 
 	// Legal changes on the same objects still go through.

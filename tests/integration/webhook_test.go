@@ -588,3 +588,34 @@ func TestWebhookCertificateReload(t *testing.T) {
 		t.Errorf("after renewal: version %q, %v", db.Spec.Version, err)
 	}
 }
+
+// TestV1alpha1WritesKeepV1Rules: a v1alpha1 request is checked against the
+// v1alpha1 schema, which cannot see the v1 fields carried in the conversion
+// annotation; the validating webhook (which sees v1) holds the v1 rules for
+// it: scaling below spec.primary through v1alpha1 is refused as through v1.
+func TestV1alpha1WritesKeepV1Rules(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cl, _ := userClient(t, "")
+	db := database(ns, "lower", dbv1.EnginePostgreSQL, 3, func(d *dbv1.Database) { d.Spec.Primary = "lower-2" })
+	if err := cl.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("example.com/v1alpha1")
+	u.SetKind("Database")
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(db), u); err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(u.Object, int64(2), "spec", "instances"); err != nil {
+			return err
+		}
+		return cl.Update(ctx, u)
+	})
+	wantInvalid(t, err, "spec.primary", "spec.primary must name one of this Database's instances, lower-0 to lower-1")
+	got := &dbv1.Database{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil || got.Spec.Replicas != 3 {
+		t.Errorf("after the refused v1alpha1 update: replicas %d (%v)", got.Spec.Replicas, err)
+	}
+}

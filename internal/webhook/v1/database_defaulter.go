@@ -64,7 +64,9 @@ func DefaultResources() corev1.ResourceRequirements {
 // version it already runs, so that a newer operator's newer default never
 // upgrades a running database behind its owner's back (for PostgreSQL that
 // would be an in-place major change the data directory cannot take). An
-// update that clears a set version is left alone for the CRD to refuse.
+// update without the version that was set (a manifest re-applied by GitOps
+// or kubectl replace that never named one) keeps it: omitted means
+// unchanged, never "move to the default".
 func versionFor(ctx context.Context, db *dbv1.Database) (string, error) {
 	if req, err := admission.RequestFromContext(ctx); err == nil && req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		old := &dbv1.Database{}
@@ -72,9 +74,7 @@ func versionFor(ctx context.Context, db *dbv1.Database) (string, error) {
 			return "", fmt.Errorf("decoding the stored Database: %w", err)
 		}
 		if old.Spec.Version != "" {
-			// Removing a set version: left to the CRD's rule, which refuses
-			// it and says why.
-			return "", nil
+			return old.Spec.Version, nil
 		}
 		if v := old.Status.Version; v != "" && dbv1.IsSupportedVersion(db.Spec.Engine, v) {
 			return v, nil

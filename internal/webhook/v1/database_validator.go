@@ -3,6 +3,8 @@ package v1
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +87,7 @@ var _ admission.Validator[*dbv1.Database] = &DatabaseValidator{}
 
 // DefaultRules are the built-in rules.
 func DefaultRules() []Rule {
-	return []Rule{switchoverTarget, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange}
+	return []Rule{switchoverTarget, primaryWithinReplicas, bootstrapUnchanged, backupSchedule, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange}
 }
 
 // ValidateCreate runs the rules with no previous object.
@@ -256,3 +258,42 @@ func policyOrDefault(p dbv1.DeletionPolicy) dbv1.DeletionPolicy {
 	}
 	return p
 }
+
+// The next rules repeat CEL rules of the v1 schema. A v1alpha1 request is
+// checked against v1alpha1's schema, where the fields v1alpha1 cannot hold
+// travel in an annotation the schema does not look into; the webhook always
+// sees the object as v1, so these hold whichever version was written.
+
+// primaryWithinReplicas: spec.primary names an instance that the spec keeps
+// (scaling below it would delete the primary's pod).
+func primaryWithinReplicas(_ context.Context, _, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
+	if db.Spec.Primary == "" {
+		return nil, nil, nil
+	}
+	ordinal, err := strconv.Atoi(strings.TrimPrefix(db.Spec.Primary, db.Name+"-"))
+	if err == nil && strings.HasPrefix(db.Spec.Primary, db.Name+"-") && int32(ordinal) < max(db.Spec.Replicas, 1) {
+		return nil, nil, nil
+	}
+	return nil, field.ErrorList{field.Invalid(field.NewPath("spec", "primary"), db.Spec.Primary,
+		fmt.Sprintf("spec.primary must name one of this Database's instances, %s-0 to %s-%d: switch over to a lower instance before scaling below it", db.Name, db.Name, max(db.Spec.Replicas, 1)-1))}, nil
+}
+
+// bootstrapUnchanged: spec.bootstrap applies at creation only.
+func bootstrapUnchanged(_ context.Context, old, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
+	if old == nil || equality.Semantic.DeepEqual(old.Spec.Bootstrap, db.Spec.Bootstrap) {
+		return nil, nil, nil
+	}
+	return nil, field.ErrorList{field.Forbidden(field.NewPath("spec", "bootstrap"),
+		"bootstrap only applies when a Database is created and cannot be added, changed or removed; restore into a new Database instead")}, nil
+}
+
+// backupSchedule: spec.backup.schedule is a cron expression the operator can run.
+func backupSchedule(_ context.Context, _, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
+	if db.Spec.Backup == nil || db.Spec.Backup.Schedule == "" || cronPattern.MatchString(db.Spec.Backup.Schedule) {
+		return nil, nil, nil
+	}
+	return nil, field.ErrorList{field.Invalid(field.NewPath("spec", "backup", "schedule"), db.Spec.Backup.Schedule,
+		"not a valid cron expression: give five fields (minute hour day-of-month month day-of-week), for example 0 3 * * *, or @daily")}, nil
+}
+
+var cronPattern = regexp.MustCompile(dbv1.CronSchedulePattern)

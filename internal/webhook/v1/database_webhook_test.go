@@ -71,6 +71,15 @@ func TestValidatorRules(t *testing.T) {
 		{name: "scale-down", old: db(), new: db(func(d *dbv1.Database) { d.Spec.Replicas = 1 }),
 			warning: "scaling down from 3 to 1 removes instance(s) orders-1, orders-2",
 			events:  []string{"Normal AuditScaleDown spec.replicas changed from 3 to 1 (by bob)"}},
+		{name: "scaling below the primary (a v1alpha1 write skips that CEL rule)", old: db(func(d *dbv1.Database) { d.Spec.Primary, d.Status.CurrentPrimary = "orders-2", "orders-2" }),
+			new:     db(func(d *dbv1.Database) { d.Spec.Primary, d.Spec.Replicas = "orders-2", 2 }),
+			err:     `spec.primary: Invalid value: "orders-2": spec.primary must name one of this Database's instances, orders-0 to orders-1`,
+			warning: "scaling down from 3 to 2"},
+		{name: "bootstrap added later", old: db(), new: db(func(d *dbv1.Database) {
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "b1"}}
+		}), err: "spec.bootstrap: Forbidden: bootstrap only applies when a Database is created"},
+		{name: "bad schedule", new: db(func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupPolicy{Schedule: "0 24 * * *"} }),
+			err: `spec.backup.schedule: Invalid value: "0 24 * * *": not a valid cron expression`},
 		{name: "scale-down dry run", old: db(), new: db(func(d *dbv1.Database) { d.Spec.Replicas = 2 }), dryRun: true,
 			warning: "scaling down from 3 to 2"},
 		{name: "scale-down during a failover", old: db(func(d *dbv1.Database) { d.Status.PrimaryUnhealthySince = &metav1.Time{} }),
@@ -174,7 +183,7 @@ func TestDefaulter(t *testing.T) {
 				d.Spec.Engine, d.Spec.Version, d.Status.Version = dbv1.EnginePostgreSQL, "", "15"
 			})),
 			db(func(d *dbv1.Database) { d.Spec.Engine, d.Spec.Version = dbv1.EnginePostgreSQL, "" }), "15"},
-		{"update clearing a set version is left to the CRD", updateCtx(db()), db(func(d *dbv1.Database) { d.Spec.Version = "" }), ""},
+		{"update without the set version keeps it (a manifest re-applied)", updateCtx(db()), db(func(d *dbv1.Database) { d.Spec.Version = "" }), "10.11"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := (&DatabaseDefaulter{}).Default(tt.ctx, tt.in); err != nil {
