@@ -412,14 +412,8 @@ func (r *BackupReconciler) ensureClaim(ctx context.Context, db *dbv1.Database, t
 // that says what to fix. (The validating webhook refuses such a target on
 // the Database already; a Secret deleted later is caught here.)
 func checkTarget(ctx context.Context, c client.Reader, namespace string, t dbv1.BackupTarget) error {
-	secrets := t.SecretKeys()
-	names := make([]string, 0, len(secrets))
-	for name := range secrets {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if err := secretHasKeys(ctx, c, namespace, name, secrets[name]...); err != nil {
+	for _, s := range t.Secrets() {
+		if err := secretHasKeys(ctx, c, namespace, s.Name, s.Keys...); err != nil {
 			return fmt.Errorf("S3 target: %w", err)
 		}
 	}

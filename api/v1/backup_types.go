@@ -1,6 +1,9 @@
 package v1
 
 import (
+	"slices"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -347,15 +350,33 @@ func (r SecretKeyRef) KeyOrDefault() string {
 	return r.Key
 }
 
-// SecretKeys lists the Secrets a target reads and the keys each must hold.
-func (t BackupTarget) SecretKeys() map[string][]string {
-	out := map[string][]string{}
+// TargetSecret is a Secret a backup target reads and the keys it must hold.
+// +kubebuilder:object:generate=false
+type TargetSecret struct {
+	Name string
+	Keys []string
+}
+
+// Secrets lists the Secrets a target reads, sorted by name, each with the
+// keys it must hold.
+func (t BackupTarget) Secrets() []TargetSecret {
+	var out []TargetSecret
+	add := func(name string, keys ...string) {
+		for i := range out {
+			if out[i].Name == name {
+				out[i].Keys = append(out[i].Keys, keys...)
+				return
+			}
+		}
+		out = append(out, TargetSecret{Name: name, Keys: keys})
+	}
 	if s3 := t.S3; s3 != nil {
 		id, secret := s3.CredentialsSecret.Keys()
-		out[s3.CredentialsSecret.Name] = append(out[s3.CredentialsSecret.Name], id, secret)
+		add(s3.CredentialsSecret.Name, id, secret)
 		if s3.CASecret != nil {
-			out[s3.CASecret.Name] = append(out[s3.CASecret.Name], s3.CASecret.KeyOrDefault())
+			add(s3.CASecret.Name, s3.CASecret.KeyOrDefault())
 		}
 	}
+	slices.SortFunc(out, func(a, b TargetSecret) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }

@@ -113,6 +113,9 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 		}
 		return &u
 	}
+	pointAtBaseURL := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		cc.URL, cc.Service, cc.CABundle = url(serviceRefPath(cc.Service)), nil, opts.CABundle
+	}
 	dec := utilyaml.NewYAMLReader(bufioReader(raw))
 	for {
 		doc, err := dec.Read()
@@ -135,15 +138,10 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 				return err
 			}
 			for i := range m.Webhooks {
-				cc := &m.Webhooks[i].ClientConfig
-				cc.URL, cc.Service, cc.CABundle = url(serviceRefPath(cc.Service)), nil, opts.CABundle
+				pointAtBaseURL(&m.Webhooks[i].ClientConfig)
 			}
-			api := cs.AdmissionregistrationV1().MutatingWebhookConfigurations()
-			if err := api.Delete(ctx, m.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := recreate(ctx, cs.AdmissionregistrationV1().MutatingWebhookConfigurations(), m.Name, m); err != nil {
 				return err
-			}
-			if _, err := api.Create(ctx, m, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("creating %s: %w", m.Name, err)
 			}
 		case "ValidatingWebhookConfiguration":
 			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
@@ -151,15 +149,10 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 				return err
 			}
 			for i := range v.Webhooks {
-				cc := &v.Webhooks[i].ClientConfig
-				cc.URL, cc.Service, cc.CABundle = url(serviceRefPath(cc.Service)), nil, opts.CABundle
+				pointAtBaseURL(&v.Webhooks[i].ClientConfig)
 			}
-			api := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-			if err := api.Delete(ctx, v.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := recreate(ctx, cs.AdmissionregistrationV1().ValidatingWebhookConfigurations(), v.Name, v); err != nil {
 				return err
-			}
-			if _, err := api.Create(ctx, v, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("creating %s: %w", v.Name, err)
 			}
 		default:
 			return fmt.Errorf("%s: unexpected kind %q", opts.Manifests, meta.Kind)
@@ -191,6 +184,24 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 		if err != nil {
 			return fmt.Errorf("conversion webhook of CRD %s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// webhookConfigs is the typed client of one kind of webhook configuration.
+type webhookConfigs[T any] interface {
+	Delete(context.Context, string, metav1.DeleteOptions) error
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+}
+
+// recreate replaces a webhook configuration with obj, whatever the cluster
+// held (delete and create: no resourceVersion to carry over).
+func recreate[T any](ctx context.Context, api webhookConfigs[T], name string, obj T) error {
+	if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if _, err := api.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating %s: %w", name, err)
 	}
 	return nil
 }

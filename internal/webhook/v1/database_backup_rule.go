@@ -3,7 +3,6 @@ package v1
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,15 +29,9 @@ func BackupTargetSecrets(r client.Reader) Rule {
 			if target == nil || (before != nil && equality.Semantic.DeepEqual(*target, *before)) {
 				return
 			}
-			secrets := target.SecretKeys()
-			names := make([]string, 0, len(secrets))
-			for n := range secrets {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			for _, name := range names {
-				if msg := missingKeys(ctx, r, db.Namespace, name, secrets[name]); msg != "" {
-					errs = append(errs, field.Invalid(path.Child("s3"), name, msg))
+			for _, s := range target.Secrets() {
+				if msg := missingKeys(ctx, r, db.Namespace, s.Name, s.Keys); msg != "" {
+					errs = append(errs, field.Invalid(path.Child("s3"), s.Name, msg))
 				}
 			}
 		}
