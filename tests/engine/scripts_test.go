@@ -82,7 +82,7 @@ func TestMariaDBCloneFailsWholly(t *testing.T) {
 		"ENGINE=mariadb", "POD_NAME=db-1", "DATADIR=" + data, "ROOT_PASSWORD=x",
 		"TOPOLOGY_DIR=" + topologyDir(t, map[string]string{"primary": "db-0"}),
 		"PRIMARY_HOST=127.0.0.1", "PRIMARY_PORT=1", // nothing listens there
-		"MYSQLD_OPTS=--no-defaults --user=root",
+		"MYSQLD_OPTS=--no-defaults --user=root --tmpdir=" + testservers.PrivateTmp(t, dir),
 	}, "true")
 	if err == nil {
 		t.Fatalf("the clone of an unreachable primary succeeded:\n%s", out)
