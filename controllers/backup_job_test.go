@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,46 @@ func TestBackupStatusCondition(t *testing.T) {
 	}
 	if st.LastSuccessfulBackup == nil || !st.LastSuccessfulBackup.Equal(&done) {
 		t.Errorf("lastSuccessfulBackup %v", st.LastSuccessfulBackup)
+	}
+}
+
+// TestLatestFinished: the condition follows the backup that finished last
+// whatever order the backups are listed in; a run skipped in the same
+// second as the running backup it waited for completed counts as the
+// earlier of the two (the skip is decided while that backup still runs).
+func TestLatestFinished(t *testing.T) {
+	at := func(sec int) *metav1.Time {
+		v := metav1.NewTime(time.Date(2026, 12, 3, 15, 10, sec, 0, time.UTC))
+		return &v
+	}
+	backup := func(name string, phase dbv1.BackupPhase, done *metav1.Time) dbv1.Backup {
+		return dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: dbv1.BackupStatus{Phase: phase, CompletedAt: done}}
+	}
+	for _, tt := range []struct {
+		name        string
+		backups     []dbv1.Backup
+		last        string
+		lastSuccess *metav1.Time
+	}{
+		{"none finished", []dbv1.Backup{backup("a", dbv1.BackupRunning, nil)}, "", nil},
+		{"later wins", []dbv1.Backup{backup("a", dbv1.BackupCompleted, at(1)), backup("b", dbv1.BackupFailed, at(2))}, "b", at(1)},
+		{"skip in the same second as the completion", []dbv1.Backup{backup("run-1505", dbv1.BackupCompleted, at(0)), backup("run-1510", dbv1.BackupSkipped, at(0))}, "run-1505", at(0)},
+		{"skip after the completion", []dbv1.Backup{backup("run-1505", dbv1.BackupCompleted, at(0)), backup("run-1510", dbv1.BackupSkipped, at(1))}, "run-1510", at(0)},
+		{"failure in the same second as a skip", []dbv1.Backup{backup("f", dbv1.BackupFailed, at(3)), backup("s", dbv1.BackupSkipped, at(3))}, "f", nil},
+	} {
+		for _, reversed := range []bool{false, true} {
+			items := append([]dbv1.Backup(nil), tt.backups...)
+			if reversed {
+				slices.Reverse(items)
+			}
+			last, lastSuccess := latestFinished(items)
+			got := ""
+			if last != nil {
+				got = last.Name
+			}
+			if got != tt.last || (lastSuccess == nil) != (tt.lastSuccess == nil) || (lastSuccess != nil && !lastSuccess.Equal(tt.lastSuccess)) {
+				t.Errorf("%s (reversed %v): last %q success %v, want %q %v", tt.name, reversed, got, lastSuccess, tt.last, tt.lastSuccess)
+			}
+		}
 	}
 }

@@ -109,19 +109,39 @@ func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Databa
 	if err := r.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingFields{backupDatabaseIndex: db.Name}); err != nil {
 		return fmt.Errorf("listing Backups: %w", err)
 	}
-	for i := range list.Items {
-		b := &list.Items[i]
+	obs.lastBackup, obs.lastSuccessfulBackup = latestFinished(list.Items)
+	return nil
+}
+
+// latestFinished is the backup that finished last, whatever the order of
+// backups, and when the last successful one completed.
+func latestFinished(backups []dbv1.Backup) (last *dbv1.Backup, lastSuccess *metav1.Time) {
+	for i := range backups {
+		b := &backups[i]
 		if !b.Status.Phase.Finished() || b.Status.CompletedAt == nil {
 			continue
 		}
-		if obs.lastBackup == nil || b.Status.CompletedAt.After(obs.lastBackup.Status.CompletedAt.Time) {
-			obs.lastBackup = b
+		if last == nil || finishedLater(b, last) {
+			last = b
 		}
-		if b.Status.Phase == dbv1.BackupCompleted && (obs.lastSuccessfulBackup == nil || b.Status.CompletedAt.After(obs.lastSuccessfulBackup.Time)) {
-			obs.lastSuccessfulBackup = b.Status.CompletedAt
+		if b.Status.Phase == dbv1.BackupCompleted && (lastSuccess == nil || b.Status.CompletedAt.After(lastSuccess.Time)) {
+			lastSuccess = b.Status.CompletedAt
 		}
 	}
-	return nil
+	return last, lastSuccess
+}
+
+// finishedLater tells whether backup a finished after b. Completion times
+// have one-second precision; in a tie a skipped run counts as the earlier:
+// a run is skipped because another backup is running at that moment, and
+// that backup ends after the skip was decided, often in the same second.
+// Without the tie-break the condition would depend on list order.
+func finishedLater(a, b *dbv1.Backup) bool {
+	ta, tb := a.Status.CompletedAt.Time, b.Status.CompletedAt.Time
+	if !ta.Equal(tb) {
+		return ta.After(tb)
+	}
+	return b.Status.Phase == dbv1.BackupSkipped && a.Status.Phase != dbv1.BackupSkipped
 }
 
 // backupStatus sets LastBackupSucceeded and lastSuccessfulBackup from what

@@ -149,10 +149,17 @@ func TestPostgresScheduledBackupRetentionRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A daily run two minutes ago: the next one is a day away, so no
+	// scheduled run comes (and is skipped, or counts for retention) while
+	// the test runs, whenever it runs. The operator reads the schedule in
+	// this machine's time zone, as this does.
+	run := time.Now().Add(-2 * time.Minute)
 	updateSpec(t, db, func(db *dbv1.Database) {
-		db.Spec.Backup = &dbv1.BackupPolicy{Schedule: "*/5 * * * *", Retention: dbv1.BackupRetention{KeepLast: ptr.To[int32](2)}}
+		db.Spec.Backup = &dbv1.BackupPolicy{Schedule: fmt.Sprintf("%d %d * * *", run.Minute(), run.Hour()),
+			Retention: dbv1.BackupRetention{KeepLast: ptr.To[int32](2)}}
 	})
-	// The schedule's last run was ten minutes ago: a run was missed, and is taken now.
+	// The schedule's last run was ten minutes ago: the run two minutes ago
+	// was missed, and is taken now.
 	scheduled := &dbv1.Backup{}
 	eventually(t, 30*time.Second, "the missed scheduled run's Backup", func() string {
 		list := &dbv1.BackupList{}
