@@ -142,7 +142,7 @@ func (m *MariaDB) Restart(t testing.TB) {
 // started side by side (tests run in parallel) must not share /tmp:
 // concurrent mariadb-install-db runs there collide on their internal
 // temporary tables and fail or crash now and then (2 in 64 bootstraps
-// here; none in 80 with a directory each). A pod has a /tmp of its own.
+// here; none in 120 with a directory each). A pod has a /tmp of its own.
 func PrivateTmp(t testing.TB, dir string) string {
 	t.Helper()
 	tmp := filepath.Join(dir, "tmp")
