@@ -5,10 +5,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY api/ api/
 COPY cmd/ cmd/
-COPY controllers/ controllers/
 COPY internal/ internal/
 COPY helm-charts/ helm-charts/
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /manager ./cmd/manager
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /manager ./cmd
 
 # A static binary on an empty base, running as a non-root user.
 FROM scratch

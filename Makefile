@@ -10,9 +10,11 @@ CREATED_AT ?= 2026-12-03T12:00:00Z
 export DBOP_CACHE ?= $(HOME)/.cache/database-operator
 LOCAL := $(CURDIR)/.local
 GOTEST_FLAGS ?= -p 2
-# operator-registry (the catalog renderer and its tests) links containers/image,
-# which needs this tag to build without the gpgme C library.
-export GOFLAGS ?= -buildvcs=false -tags=containers_image_openpgp
+export GOFLAGS ?= -buildvcs=false
+# The release module (release/: catalog, images, the OLM and image tests) links
+# operator-registry and so containers/image, which needs this tag to build
+# without the gpgme C library. The main module builds without it.
+RELEASE_GO := GOFLAGS="$(GOFLAGS) -tags=containers_image_openpgp" go -C release
 
 .PHONY: help
 help: ## Show the targets.
@@ -33,7 +35,7 @@ generate: ## Generate deepcopy code.
 .PHONY: manifests
 manifests: ## Generate the CRD, RBAC and webhook configurations into config/.
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
-	$$CG rbac:roleName=manager-role crd webhook paths=./api/... paths=./controllers/... paths=./internal/webhook/... \
+	$$CG rbac:roleName=manager-role crd webhook paths=./api/... paths=./internal/controller/... paths=./internal/webhook/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: bundle
@@ -42,7 +44,8 @@ bundle: manifests ## Generate bundle/ for VERSION with operator-sdk and validate
 
 .PHONY: catalog
 catalog: ## Render catalog/ from config/catalog/template.yaml (bundle/ is VERSION) and validate it with opm.
-	@go run ./hack/catalog -version $(VERSION)
+	@mkdir -p $(LOCAL)/bin && $(RELEASE_GO) build -o $(LOCAL)/bin/catalog ./cmd/catalog
+	@$(LOCAL)/bin/catalog -version $(VERSION)
 	@OPM=$$(hack/build-tools.sh olm)/opm; $$OPM validate catalog && echo "opm validate catalog: ok"
 
 .PHONY: scorecard
@@ -53,19 +56,20 @@ scorecard: ## Run the bundle's scorecard tests (basic, olm and the project's own
 .PHONY: images
 images: build ## Build the operator, bundle, catalog and scorecard images in Go into an OCI layout in .local/images (PUSH=host:port pushes them too).
 	@mkdir -p $(LOCAL)/bin && CGO_ENABLED=0 go build -o $(LOCAL)/bin/database-scorecard ./scorecard/cmd/database-scorecard
-	@SDK=$$(hack/build-tools.sh olm); go run ./hack/images -version $(VERSION) -manager bin/manager \
+	@$(RELEASE_GO) build -o $(LOCAL)/bin/images ./cmd/images
+	@SDK=$$(hack/build-tools.sh olm); $(LOCAL)/bin/images -version $(VERSION) -manager bin/manager \
 		-opm $$SDK/opm -grpc-health-probe $$SDK/grpc_health_probe -scorecard-test $$SDK/scorecard-test -database-scorecard $(LOCAL)/bin/database-scorecard \
 		-out $(LOCAL)/images $(if $(PUSH),-push $(PUSH))
 
 .PHONY: test-images
 test-images: ## Build the images, push them to an in-process registry and opm-render the bundle image.
-	SDK_BIN=$$(hack/build-tools.sh olm) go test $(GOTEST_FLAGS) -count=1 ./tests/images/...
+	SDK_BIN=$$(hack/build-tools.sh olm) $(RELEASE_GO) test $(GOTEST_FLAGS) -count=1 ./tests/images/...
 
 .PHONY: test-olm
 test-olm: ## Subscribe through OLM to the catalog's older release and upgrade along the channel, on the local cluster (root: runs in a private network namespace).
 	@KUBE=$$(hack/build-tools.sh cluster); OLMB=$$(hack/build-tools.sh olm); \
-	mkdir -p $(LOCAL) && go test -c -o $(LOCAL)/olm.test ./tests/olm && \
-	cd tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
+	mkdir -p $(LOCAL) && $(RELEASE_GO) test -c -o $(LOCAL)/olm.test ./tests/olm && \
+	cd release/tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
 		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
 
 KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/manifests config/overlays/production
@@ -96,17 +100,18 @@ vet: ## go vet, and fail on unformatted code.
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [[ -n "$$unformatted" ]]; then echo "not gofmt'ed: $$unformatted"; exit 1; fi
 	go vet ./...
+	$(RELEASE_GO) vet ./...
 
 .PHONY: build
 build: ## Build the operator binary into bin/.
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/manager ./cmd/manager
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/manager ./cmd
 
 ##@ Local cluster
 
 .PHONY: cluster
 cluster: ## Start the local control plane in the background; kubeconfig in .local/kubeconfig, binaries in .local/bin.
 	@BIN=$$(hack/build-tools.sh cluster); \
-	go build -o $(LOCAL)/localcluster ./cmd/localcluster && \
+	go build -o $(LOCAL)/localcluster ./hack/localcluster && \
 	$(LOCAL)/localcluster up --bin-dir "$$BIN" --dir $(LOCAL) --crds config/crd/bases
 
 .PHONY: cluster-down
@@ -130,7 +135,8 @@ test: verify-generated verify-kustomize vet test-unit scorecard test-images test
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).
-	go test $(GOTEST_FLAGS) ./api/... ./controllers/... ./internal/... ./helm-charts/... ./scorecard/...
+	go test $(GOTEST_FLAGS) ./api/... ./internal/... ./helm-charts/... ./scorecard/... ./tests/layout/...
+	$(RELEASE_GO) test $(GOTEST_FLAGS) ./catalog/... ./images/... ./ociimage/...
 
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
@@ -151,4 +157,4 @@ bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to 
 
 .PHONY: bench
 bench: ## Benchmarks (render, apply decision); prints figures.
-	go test -run '^$$' -bench . -benchmem ./controllers/... ./internal/chart/...
+	go test -run '^$$' -bench . -benchmem ./internal/controller/... ./internal/chart/...

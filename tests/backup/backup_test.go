@@ -13,7 +13,7 @@ import (
 
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/storage"
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 // TestPostgresBackupRestore backs a PostgreSQL replica up to a directory

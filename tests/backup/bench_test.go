@@ -8,7 +8,7 @@ import (
 
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/storage"
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 // benchRows is the table size the throughput figures are for.

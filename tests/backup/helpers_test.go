@@ -19,7 +19,7 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/storage"
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 func pgServer(p *testservers.Postgres) backup.Server {

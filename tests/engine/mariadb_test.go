@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"example.com/database-operator/internal/engine"
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }

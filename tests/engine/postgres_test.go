@@ -1,5 +1,5 @@
 // Package engine_test drives the engine layer against real PostgreSQL and
-// MariaDB servers (Debian packages, started by internal/testservers).
+// MariaDB servers (Debian packages, started by tests/utils/testservers).
 package engine_test
 
 import (
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"example.com/database-operator/internal/engine"
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 // TestPostgresFailoverPrimitives walks a failover on real servers: two

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 // runScript runs one of the chart's start scripts in its own process group

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/database-operator/controllers"
+	"example.com/database-operator/internal/controller"
 )
 
 // jobRunner plays the kubelet for the operator's backup and restore Job
@@ -66,7 +66,7 @@ func (j *jobRunner) claimDir(namespace, claim string) string {
 func (j *jobRunner) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		pods := &corev1.PodList{}
-		if err := j.client.List(ctx, pods, client.MatchingLabels{"app.kubernetes.io/name": controllers.JobAppName}); err == nil {
+		if err := j.client.List(ctx, pods, client.MatchingLabels{"app.kubernetes.io/name": controller.JobAppName}); err == nil {
 			for i := range pods.Items {
 				p := &pods.Items[i]
 				if p.Status.Phase != corev1.PodRunning || !p.DeletionTimestamp.IsZero() {

@@ -28,9 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"example.com/database-operator/controllers"
+	"example.com/database-operator/internal/controller"
 	"example.com/database-operator/internal/engine"
-	"example.com/database-operator/internal/localcluster"
+	"example.com/database-operator/tests/utils/localcluster"
 )
 
 // env is what every test uses: a client as a user would have one, and the
@@ -97,7 +97,7 @@ func run(m *testing.M) int {
 	// Backup and restore Job pods are run by the test (jobRunner), not
 	// completed by kwok.
 	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir, CRDDirs: []string{"../../config/crd/bases"},
-		KeepRunning: []string{controllers.JobAppName}})
+		KeepRunning: []string{controller.JobAppName}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
 		return 1
@@ -105,7 +105,7 @@ func run(m *testing.M) int {
 	defer c.Stop()
 	fmt.Printf("local cluster up in %.1fs (logs: %s)\n", time.Since(start).Seconds(), filepath.Join(dir, "logs"))
 
-	scheme, err := controllers.NewScheme()
+	scheme, err := controller.NewScheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -133,7 +133,7 @@ func run(m *testing.M) int {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false, // lease renewals would count as writes
-		Cache:                  controllers.CacheOptions(nil),
+		Cache:                  controller.CacheOptions(nil),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -149,10 +149,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "OperatorCondition:", err)
 		return 1
 	}
-	if err := controllers.Setup(mgr, controllers.Options{
-		Values:      controllers.ValueOptions{OperatorNamespace: "database-operator-system", OperatorImage: "example.com/database-operator/manager:test"},
+	if err := controller.Setup(mgr, controller.Options{
+		Values:      controller.ValueOptions{OperatorNamespace: "database-operator-system", OperatorImage: "example.com/database-operator/manager:test"},
 		Resolve:     servers.resolve,
-		Upgradeable: controllers.NamespacedConditions{Client: userClient, Key: condKey},
+		Upgradeable: controller.NamespacedConditions{Client: userClient, Key: condKey},
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -171,7 +171,7 @@ func run(m *testing.M) int {
 
 	// The Jobs' program is the manager binary, built as the image has it.
 	manager := filepath.Join(dir, "manager")
-	if out, err := exec.Command("go", "build", "-o", manager, "../../cmd/manager").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", manager, "../../cmd").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the manager: %v\n%s", err, out)
 		return 1
 	}
@@ -257,7 +257,7 @@ func installOperatorCondition(ctx context.Context, c *localcluster.Cluster) (typ
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		return key, err
 	}
-	scheme, err := controllers.NewScheme()
+	scheme, err := controller.NewScheme()
 	if err != nil {
 		return key, err
 	}

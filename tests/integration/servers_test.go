@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 func pgExec(_ testing.TB, p *testservers.Postgres, sql string) error {

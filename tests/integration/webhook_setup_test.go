@@ -11,8 +11,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"example.com/database-operator/internal/localcluster"
 	webhookv1 "example.com/database-operator/internal/webhook/v1"
+	"example.com/database-operator/tests/utils/localcluster"
 )
 
 // testWebhooks is set once by TestMain and only read by the tests.

@@ -31,9 +31,9 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	dbv1alpha1 "example.com/database-operator/api/v1alpha1"
-	"example.com/database-operator/controllers"
-	"example.com/database-operator/internal/localcluster"
+	"example.com/database-operator/internal/controller"
 	webhookv1 "example.com/database-operator/internal/webhook/v1"
+	"example.com/database-operator/tests/utils/localcluster"
 )
 
 // warnings collects the admission (and deprecation) warnings the API
@@ -67,7 +67,7 @@ func userClient(t testing.TB, user string) (client.Client, *warnings) {
 	if user != "" {
 		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
 	}
-	scheme, err := controllers.NewScheme()
+	scheme, err := controller.NewScheme()
 	if err != nil {
 		t.Fatal(err)
 	}

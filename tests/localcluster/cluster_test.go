@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"example.com/database-operator/internal/localcluster"
+	"example.com/database-operator/tests/utils/localcluster"
 )
 
 func TestStartAndStopLeavesNoProcesses(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package storage_test drives the backup S3 store against a real S3 server
 // (versitygw, built by `hack/build-tools.sh s3`, started on loopback by
-// internal/testservers).
+// tests/utils/testservers).
 package storage_test
 
 import (
@@ -22,7 +22,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"example.com/database-operator/internal/backup/storage"
-	"example.com/database-operator/internal/testservers"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 // stream is an io.Reader of n pseudo-random bytes that is not a

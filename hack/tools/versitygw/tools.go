@@ -5,6 +5,6 @@ package tools
 
 import (
 	// versitygw: the S3 server for the backup storage tests (posix backend
-	// on a temporary directory, see internal/testservers/s3.go).
+	// on a temporary directory, see tests/utils/testservers/s3.go).
 	_ "github.com/versity/versitygw/cmd/versitygw"
 )

@@ -1,0 +1,167 @@
+package controller
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	dbv1 "example.com/database-operator/api/v1"
+	helmcharts "example.com/database-operator/helm-charts"
+	"example.com/database-operator/internal/chart"
+)
+
+func loadChart(t testing.TB) *chart.Renderer {
+	t.Helper()
+	r, err := chart.Load(helmcharts.Database, "database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func byKindName(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	m := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		m[o.GetKind()+"/"+o.GetName()] = o
+	}
+	return m
+}
+
+func TestDesiredObjectsPerEngine(t *testing.T) {
+	r := loadChart(t)
+	owned := map[string]bool{}
+	for _, k := range ownedKinds() {
+		owned[k.gvk.String()] = true
+	}
+	for _, engine := range dbv1.Engines() {
+		for _, replicas := range []int32{1, 3} {
+			db := newDB(engine, func(db *dbv1.Database) { db.Spec.Replicas = replicas })
+			objs, err := desiredObjects(r, db, ValueOptions{OperatorNamespace: "operators"})
+			if err != nil {
+				t.Fatalf("%s: %v", engine, err)
+			}
+			got := byKindName(objs)
+			want := []string{"StatefulSet/orders", "Service/orders-headless", "Service/orders-rw", "Service/orders-ro",
+				"ConfigMap/orders-config", "ConfigMap/orders-scripts", "NetworkPolicy/orders"}
+			if replicas > 1 {
+				want = append(want, "PodDisruptionBudget/orders")
+			}
+			if len(got) != len(want) {
+				t.Errorf("%s/%d: rendered %d objects, want %d: %v", engine, replicas, len(got), len(want), keys(got))
+			}
+			for _, w := range want {
+				if got[w] == nil {
+					t.Errorf("%s/%d: %s not rendered", engine, replicas, w)
+				}
+			}
+			for id, o := range got {
+				if !owned[o.GroupVersionKind().String()] {
+					t.Errorf("%s: kind %s is rendered but not in ownedKinds (it would be neither watched nor pruned)", id, o.GroupVersionKind())
+				}
+				if o.GetNamespace() != "shop" {
+					t.Errorf("%s: namespace %q", id, o.GetNamespace())
+				}
+				refs := o.GetOwnerReferences()
+				if len(refs) != 1 || refs[0].UID != "uid-1" || refs[0].Controller == nil || !*refs[0].Controller {
+					t.Errorf("%s: owner references %v, want the Database as controller", id, refs)
+				}
+				if o.GetAnnotations()[appliedHashAnnotation] == "" {
+					t.Errorf("%s: no applied hash", id)
+				}
+				if o.GetLabels()[labelInstance] != "orders" || o.GetLabels()[labelManagedBy] != managedBy {
+					t.Errorf("%s: labels %v", id, o.GetLabels())
+				}
+			}
+			for svc, role := range map[string]string{"Service/orders-rw": rolePrimary, "Service/orders-ro": roleReplica} {
+				sel, _, _ := unstructured.NestedStringMap(got[svc].Object, "spec", "selector")
+				if sel[labelRole] != role || sel[labelInstance] != "orders" {
+					t.Errorf("%s/%s selector %v, want role %s", engine, svc, sel, role)
+				}
+			}
+			sts := got["StatefulSet/orders"]
+			containers, _, _ := unstructured.NestedSlice(sts.Object, "spec", "template", "spec", "containers")
+			c := containers[0].(map[string]any)
+			wantImage := map[dbv1.Engine]string{dbv1.EnginePostgreSQL: "postgres:17", dbv1.EngineMySQL: "mysql:8.4", dbv1.EngineMariaDB: "mariadb:11.4"}[engine]
+			if c["image"] != wantImage {
+				t.Errorf("%s: image %v, want %s", engine, c["image"], wantImage)
+			}
+			for _, probe := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
+				if c[probe] == nil {
+					t.Errorf("%s: no %s", engine, probe)
+				}
+			}
+			sc := c["securityContext"].(map[string]any)
+			if sc["allowPrivilegeEscalation"] != false || sc["runAsNonRoot"] != true {
+				t.Errorf("%s: container security context %v is not restricted", engine, sc)
+			}
+			n, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas")
+			if int32(n) != replicas {
+				t.Errorf("%s: StatefulSet replicas %v, want %d", engine, n, replicas)
+			}
+		}
+	}
+}
+
+func TestDesiredObjectsChangeWithSpec(t *testing.T) {
+	r := loadChart(t)
+	hash := func(db *dbv1.Database) string {
+		objs, err := desiredObjects(r, db, ValueOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return byKindName(objs)["StatefulSet/orders"].GetAnnotations()[appliedHashAnnotation]
+	}
+	a := hash(newDB(dbv1.EngineMariaDB))
+	if b := hash(newDB(dbv1.EngineMariaDB)); a != b {
+		t.Errorf("same spec, different hashes %s %s", a, b)
+	}
+	if b := hash(newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) { db.Spec.Version = "11.8" })); a == b {
+		t.Error("a version change does not change the StatefulSet's hash")
+	}
+}
+
+func TestRenderRefusesInvalidValues(t *testing.T) {
+	r := loadChart(t)
+	_, err := r.Render(chart.Release{Name: "x", Namespace: "y"}, map[string]any{"replicas": int64(42)})
+	if err == nil {
+		t.Fatal("rendering 42 replicas passed values.schema.json")
+	}
+	if _, err := r.Render(chart.Release{Name: "x"}, nil); err == nil {
+		t.Fatal("rendering without a namespace passed")
+	}
+}
+
+func keys(m map[string]*unstructured.Unstructured) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestContains(t *testing.T) {
+	tests := []struct {
+		name       string
+		live, want any
+		ok         bool
+	}{
+		{"equal scalars", map[string]any{"a": "x"}, map[string]any{"a": "x"}, true},
+		{"extra live fields are fine", map[string]any{"a": "x", "b": int64(1)}, map[string]any{"a": "x"}, true},
+		{"changed value", map[string]any{"a": "y"}, map[string]any{"a": "x"}, false},
+		{"missing field", map[string]any{}, map[string]any{"a": "x"}, false},
+		{"empty map matches absent", map[string]any{}, map[string]any{"emptyDir": map[string]any{}}, true},
+		{"float from YAML vs int64 from API", map[string]any{"port": int64(5432)}, map[string]any{"port": float64(5432)}, true},
+		{"different numbers", map[string]any{"port": int64(5433)}, map[string]any{"port": float64(5432)}, false},
+		{"quantities compare by value", map[string]any{"cpu": "500m"}, map[string]any{"cpu": "0.5"}, true},
+		{"different quantities", map[string]any{"memory": "1Gi"}, map[string]any{"memory": "2Gi"}, false},
+		{"list length differs", map[string]any{"l": []any{"a", "b"}}, map[string]any{"l": []any{"a"}}, false},
+		{"list element drift", map[string]any{"l": []any{map[string]any{"n": "a", "x": "1"}}}, map[string]any{"l": []any{map[string]any{"n": "b"}}}, false},
+		{"bools", map[string]any{"b": false}, map[string]any{"b": true}, false},
+		{"label removed by someone", map[string]any{"labels": map[string]any{"a": "1"}}, map[string]any{"labels": map[string]any{"a": "1", "b": "2"}}, false},
+	}
+	for _, tt := range tests {
+		if got := contains(tt.live, tt.want); got != tt.ok {
+			t.Errorf("%s: contains = %v, want %v", tt.name, got, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,230 @@
+// Package controllers holds the reconcilers. The Database reconciler renders
+// the chart, applies it, labels instance roles and reports status; each
+// concern has its own file.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/chart"
+)
+
+// DatabaseReconciler reconciles Database objects.
+type DatabaseReconciler struct {
+	client.Client
+	// APIReader reads from the API server, bypassing the cache, where a
+	// stale or filtered view would be wrong (deleting volumes, name clashes).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	Chart     *chart.Renderer
+	Values    ValueOptions
+	// Instances reaches database instances for failover; nil disables it.
+	Instances *InstanceConnector
+	// Positions holds the primaries' last seen positions (spec.failover.maxLag).
+	Positions *PrimaryPositions
+	// Now is the clock (tests move it); nil means time.Now.
+	Now func() time.Time
+	// BackupMetrics get their gauges from each Database's Backups.
+	BackupMetrics *BackupMetrics
+}
+
+// +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=databases/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// phase is one ordered step of a reconcile. Each depends on those before
+// it, so the first failure stops the rest.
+type phase struct {
+	name string
+	run  func(context.Context, *dbv1.Database, *observed) error
+}
+
+// Reconcile moves one Database towards its spec and reports where it stands.
+func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	db := &dbv1.Database{}
+	if err := r.Get(ctx, req.NamespacedName, db); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("engine", db.Spec.Engine))
+
+	if !db.DeletionTimestamp.IsZero() {
+		if err := r.finalize(ctx, db); err != nil {
+			r.event(db, corev1.EventTypeWarning, "CleanupFailed", "Delete", "%v", err)
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(db, Finalizer) {
+		patch := client.MergeFrom(db.DeepCopy())
+		controllerutil.AddFinalizer(db, Finalizer)
+		if err := r.Patch(ctx, db, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	obs := &observed{}
+	for _, p := range []phase{
+		{"Credentials", r.reconcileCredentials},
+		{"Apply", r.reconcileObjects},
+		{"Failover", r.reconcileFailover},
+		{"Switchover", r.reconcileSwitchover},
+		{"Rejoin", r.reconcileRejoin},
+		{"Topology", r.reconcileTopology},
+		{"Restore", r.reconcileRestore},
+		{"Roles", r.reconcileRoles},
+	} {
+		if err := p.run(ctx, db, obs); err != nil {
+			obs.failedPhase, obs.err = p.name, err
+			r.event(db, corev1.EventTypeWarning, p.name+reasonPhaseFailedPostfix, p.name, "%v", err)
+			break
+		}
+	}
+	if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
+		obs.failedPhase, obs.err = "Observe", err
+	}
+	// Scheduled backups go on whatever failed above: a degraded Database
+	// needs its backups most.
+	if err := r.reconcileBackupSchedule(ctx, db, obs); err != nil {
+		r.event(db, corev1.EventTypeWarning, "Backup"+reasonPhaseFailedPostfix, "Backup", "%v", err)
+		if obs.err == nil {
+			obs.failedPhase, obs.err = "Backup", err
+		}
+	}
+	if err := r.observeBackups(ctx, db, obs); err != nil && obs.err == nil {
+		obs.failedPhase, obs.err = "Observe", err
+	}
+	r.BackupMetrics.restore(db, obs.lastBackup, obs.lastSuccessfulBackup)
+
+	st := computeStatus(db, obs)
+	result := ctrl.Result{}
+	if obs.waiting != "" {
+		result.RequeueAfter = time.Second
+	}
+	if obs.requeue > 0 && (result.RequeueAfter == 0 || obs.requeue < result.RequeueAfter) {
+		result.RequeueAfter = obs.requeue
+	}
+	if db.Status.Phase != st.Phase {
+		typ := corev1.EventTypeNormal
+		if st.Phase == dbv1.PhaseDegraded || st.Phase == dbv1.PhaseFailed {
+			typ = corev1.EventTypeWarning
+		}
+		r.event(db, typ, "Phase"+string(st.Phase), "Status", "Database is %s", st.Phase)
+	}
+	if err := r.writeStatus(ctx, db, st); err != nil {
+		if apierrors.IsConflict(err) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("%w (reconcile error: %v)", err, obs.err)
+	}
+	return result, obs.err
+}
+
+// reconcileObjects renders the chart, applies what changed and prunes what
+// the render no longer produces.
+func (r *DatabaseReconciler) reconcileObjects(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	desired, err := desiredObjects(r.Chart, db, r.Values)
+	if err != nil {
+		return err
+	}
+	replacing, err := r.reconcileStorage(ctx, db)
+	if err != nil {
+		return err
+	}
+	if replacing {
+		// The orphaned StatefulSet is still going away; its deletion event
+		// brings the next reconcile, which creates the new one.
+		obs.waiting = "replacing the StatefulSet to grow the volumes"
+		return nil
+	}
+	applied, err := r.applyObjects(ctx, desired)
+	if len(applied) > 0 {
+		r.event(db, corev1.EventTypeNormal, "Applied", "Apply", "Applied %v", applied)
+		log.FromContext(ctx).Info("applied", "objects", applied)
+	}
+	if err != nil {
+		return err
+	}
+	pruned, err := r.pruneObjects(ctx, db, desired)
+	if len(pruned) > 0 {
+		r.event(db, corev1.EventTypeNormal, "Pruned", "Delete", "Deleted %v, no longer rendered", pruned)
+		log.FromContext(ctx).Info("pruned", "objects", pruned)
+	}
+	return err
+}
+
+func (r *DatabaseReconciler) observeStatefulSet(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	sts := &appsv1.StatefulSet{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading StatefulSet: %w", err)
+	}
+	obs.statefulSet = sts
+	return nil
+}
+
+func (r *DatabaseReconciler) event(db *dbv1.Database, typ, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(db, nil, typ, reason, action, note, args...)
+	}
+}
+
+// SetupWithManager registers the reconciler and what it watches: the
+// Databases, every kind the chart renders, the credentials Secret, and the
+// instance pods (owned by the StatefulSet, so mapped by label).
+func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).For(&dbv1.Database{}).Named("database")
+	for _, k := range ownedKinds() {
+		b = b.Owns(k.obj)
+	}
+	return b.Owns(&corev1.Secret{}).
+		Owns(&batchv1.Job{}). // the restore Job
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToDatabase)).
+		Watches(&dbv1.Backup{}, handler.EnqueueRequestsFromMapFunc(backupToDatabase)).
+		Complete(r)
+}
+
+// podToDatabase maps an instance pod to its Database by the instance label.
+func podToDatabase(_ context.Context, o client.Object) []reconcile.Request {
+	l := o.GetLabels()
+	if l[labelName] != chartName || l[labelInstance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: l[labelInstance]}}}
+}
+
+// backupToDatabase maps a Backup to the Database it backs up (its status
+// shows the latest backup's outcome).
+func backupToDatabase(_ context.Context, o client.Object) []reconcile.Request {
+	b, ok := o.(*dbv1.Backup)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database.Name}}}
+}

@@ -1,0 +1,104 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// superuser is the account the generated credentials are for.
+func superuser(e dbv1.Engine) string {
+	if e == dbv1.EnginePostgreSQL {
+		return "postgres"
+	}
+	return "root"
+}
+
+// newPassword returns 32 random characters from crypto/rand, from an
+// alphabet that needs no quoting in a connection string or shell.
+func newPassword() (string, error) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating password: %w", err)
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)] // 256 % 62 bias is negligible at 32 chars (~190 bits)
+	}
+	return string(b), nil
+}
+
+// reconcileCredentials makes sure the superuser Secret exists. It is created
+// once and never rewritten: the password lives in the data directory too. A
+// Secret left behind by a deleted Database of the same name (deletionPolicy
+// Retain keeps it with the volumes) is adopted, so recreating the Database
+// reuses both the data and its password.
+func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.Database, _ *observed) error {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}
+	err := r.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only Secrets labelled as ours: ask the API server
+		// before creating, so a foreign Secret of that name is noticed.
+		err = r.APIReader.Get(ctx, key, secret)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		password, err := newPassword()
+		if err != nil {
+			return err
+		}
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: instanceLabels(db)},
+			Type:       corev1.SecretTypeBasicAuth,
+			StringData: map[string]string{
+				corev1.BasicAuthUsernameKey: superuser(db.Spec.Engine),
+				corev1.BasicAuthPasswordKey: password,
+			},
+		}
+		if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
+			return err
+		}
+		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("creating Secret %s: %w", key.Name, err)
+		}
+		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated superuser credentials in Secret %s", key.Name)
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading Secret %s: %w", key.Name, err)
+	}
+
+	if metav1.IsControlledBy(secret, db) {
+		return nil
+	}
+	if owner := metav1.GetControllerOf(secret); owner != nil {
+		return fmt.Errorf("Secret %s is controlled by %s %s; rename or delete it", key.Name, owner.Kind, owner.Name)
+	}
+	if secret.Labels[labelInstance] != db.Name || secret.Labels[labelManagedBy] != managedBy {
+		return fmt.Errorf("Secret %s exists and was not made by this operator; delete it or choose another Database name", key.Name)
+	}
+	patch := client.MergeFrom(secret.DeepCopy())
+	if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
+		return err
+	}
+	if err := r.Patch(ctx, secret, patch, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("adopting Secret %s: %w", key.Name, err)
+	}
+	r.event(db, corev1.EventTypeNormal, "CredentialsAdopted", "Adopt", "Reusing the retained credentials in Secret %s", key.Name)
+	return nil
+}
+
+// instanceLabels are the labels of objects the Go code creates itself.
+func instanceLabels(db *dbv1.Database) map[string]string {
+	l := selectorLabels(db)
+	l[labelManagedBy] = managedBy
+	return l
+}

@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// Finalizer holds a Database until its volumes are handled per deletionPolicy.
+const Finalizer = "database.example.com/cleanup"
+
+// finalize runs when a Database is being deleted. Retain keeps the volumes
+// and the credentials Secret (released from the Database so the garbage
+// collector leaves it); Delete deletes the volumes. Everything else the
+// Database owns goes with it through owner references.
+func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) error {
+	if !controllerutil.ContainsFinalizer(db, Finalizer) {
+		return nil
+	}
+	r.Positions.forget(db.UID)
+	policy := db.Spec.DeletionPolicy
+	if policy == "" {
+		policy = dbv1.DeletionPolicyRetain
+	}
+	switch policy {
+	case dbv1.DeletionPolicyDelete:
+		n, err := r.deleteVolumes(ctx, db)
+		if err != nil {
+			return err
+		}
+		r.event(db, corev1.EventTypeNormal, "VolumesDeleted", "Delete", "Deleted %d PersistentVolumeClaims (deletionPolicy Delete)", n)
+	default:
+		if err := r.releaseCredentials(ctx, db); err != nil {
+			return err
+		}
+		r.event(db, corev1.EventTypeNormal, "VolumesRetained", "Retain",
+			"Kept the PersistentVolumeClaims and Secret %s (deletionPolicy Retain)", credentialsSecretName(db))
+	}
+	patch := client.MergeFrom(db.DeepCopy())
+	controllerutil.RemoveFinalizer(db, Finalizer)
+	if err := r.Patch(ctx, db, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	return nil
+}
+
+// deleteVolumes deletes the Database's PVCs. It lists them from the API
+// server, not the cache: the operator does not watch PVCs, and deleting data
+// must not act on a stale view.
+func (r *DatabaseReconciler) deleteVolumes(ctx context.Context, db *dbv1.Database) (int, error) {
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	if err := r.APIReader.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
+		return 0, fmt.Errorf("listing PersistentVolumeClaims: %w", err)
+	}
+	n := 0
+	for i := range pvcs.Items {
+		pvc := &pvcs.Items[i]
+		if !pvc.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
+			return n, fmt.Errorf("deleting PersistentVolumeClaim %s: %w", pvc.Name, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// releaseCredentials drops the Database's owner reference from its
+// credentials Secret, so the retained data stays usable.
+func (r *DatabaseReconciler) releaseCredentials(ctx context.Context, db *dbv1.Database) error {
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}, secret); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(secret, db) {
+		return nil
+	}
+	patch := client.MergeFrom(secret.DeepCopy())
+	var refs []metav1.OwnerReference
+	for _, ref := range secret.OwnerReferences {
+		if ref.UID != db.UID {
+			refs = append(refs, ref)
+		}
+	}
+	secret.OwnerReferences = refs
+	if err := r.Patch(ctx, secret, patch); err != nil {
+		return fmt.Errorf("releasing Secret %s: %w", secret.Name, err)
+	}
+	return nil
+}

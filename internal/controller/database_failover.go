@@ -1,0 +1,323 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// Resolver maps an instance pod to the address its server listens on. In a
+// cluster that is the pod IP; tests map pods to local servers. It is the
+// one seam between the operator and where instances run.
+type Resolver func(ctx context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error)
+
+// PodIPResolver reaches instances at their pod IP.
+func PodIPResolver(_ context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error) {
+	if pod.Status.PodIP == "" {
+		return engine.Endpoint{}, fmt.Errorf("pod %s has no IP", pod.Name)
+	}
+	return engine.Endpoint{Host: pod.Status.PodIP, Port: port}, nil
+}
+
+// InstanceConnector opens engine connections to a Database's pods with the
+// credentials from its Secret.
+type InstanceConnector struct {
+	Client  client.Reader
+	Resolve Resolver
+	Timeout time.Duration // per connection attempt
+}
+
+func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database) (engine.Credentials, error) {
+	s := &corev1.Secret{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}, s); err != nil {
+		return engine.Credentials{}, fmt.Errorf("reading credentials: %w", err)
+	}
+	return engine.Credentials{User: string(s.Data[corev1.BasicAuthUsernameKey]), Password: string(s.Data[corev1.BasicAuthPasswordKey])}, nil
+}
+
+func (c *InstanceConnector) endpoint(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (engine.Endpoint, error) {
+	return c.Resolve(ctx, pod, int(enginePort(db.Spec.Engine)))
+}
+
+func (c *InstanceConnector) open(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, creds engine.Credentials) (engine.Instance, error) {
+	ep, err := c.endpoint(ctx, db, pod)
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	return engine.Open(ctx, db.Spec.Engine, ep, creds, engine.Options{ConnectTimeout: timeout})
+}
+
+func failoverDelay(db *dbv1.Database) time.Duration {
+	if d := db.Spec.Failover.DelaySeconds; d != nil {
+		return time.Duration(*d) * time.Second
+	}
+	return 10 * time.Second
+}
+
+func (r *DatabaseReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// reconcileFailover replaces a failed primary. The primary has failed when
+// its pod is missing or not Ready and its server does not answer as a
+// writable primary, for longer than spec.failover.delaySeconds. Then the
+// reachable replica with the furthest replication position is promoted
+// (the old primary fenced first if it can be reached), the role labels move
+// with status.currentPrimary, and the other replicas follow the new primary.
+func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if r.Instances == nil || db.Spec.Replicas < 2 || (db.Spec.Failover.Enabled != nil && !*db.Spec.Failover.Enabled) {
+		return nil
+	}
+	// Only a Database that has had a serving primary can lose it; during
+	// creation or a rollout an unready primary is expected.
+	if db.Status.CurrentPrimary == "" || (obs.statefulSet != nil && obs.statefulSet.Status.CurrentRevision != obs.statefulSet.Status.UpdateRevision) {
+		return nil
+	}
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
+	}
+	primary := db.Status.CurrentPrimary
+	var primaryPod *corev1.Pod
+	for i := range pods {
+		if pods[i].Name == primary {
+			primaryPod = &pods[i]
+		}
+	}
+	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
+		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
+		if db.Spec.Failover.MaxLag != nil {
+			r.samplePrimary(ctx, db, primaryPod, obs)
+		}
+		return nil
+	}
+	creds, err := r.Instances.credentials(ctx, db)
+	if err != nil {
+		return err
+	}
+	if primaryPod != nil {
+		if inst, err := r.Instances.open(ctx, db, primaryPod, creds); err == nil {
+			st, err := inst.Status(ctx)
+			_ = inst.Close()
+			if err == nil && st.Role == engine.RolePrimary && !st.ReadOnly {
+				return nil // the pod is unready but the server still serves writes
+			}
+		}
+	}
+
+	now := r.now()
+	since := db.Status.PrimaryUnhealthySince
+	if since == nil {
+		since = &metav1.Time{Time: now}
+		r.event(db, corev1.EventTypeWarning, "PrimaryUnhealthy", "Failover",
+			"Primary %s is not ready and does not answer; failover in %s unless it recovers", primary, failoverDelay(db))
+	}
+	obs.primaryUnhealthySince = since
+	if wait := failoverDelay(db) - now.Sub(since.Time); wait > 0 {
+		obs.requeue = wait
+		return nil
+	}
+	return r.failover(ctx, db, obs, pods, primaryPod, creds)
+}
+
+type candidate struct {
+	pod    *corev1.Pod
+	inst   engine.Instance
+	status engine.Status
+}
+
+func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, creds engine.Credentials) error {
+	logger := log.FromContext(ctx)
+	primary := db.Status.CurrentPrimary
+	var cands []candidate
+	defer func() {
+		for _, c := range cands {
+			_ = c.inst.Close()
+		}
+	}()
+	var unreachable []string
+	// Sort a copy: primaryPod points into the caller's slice.
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Name == primary || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		inst, err := r.Instances.open(ctx, db, pod, creds)
+		if err != nil {
+			unreachable = append(unreachable, pod.Name)
+			continue
+		}
+		st, err := inst.Status(ctx)
+		if err != nil {
+			_ = inst.Close()
+			unreachable = append(unreachable, pod.Name)
+			continue
+		}
+		cands = append(cands, candidate{pod: pod, inst: inst, status: st})
+	}
+	// A replica already promoted (by an earlier reconcile whose status write
+	// was lost) is the primary: never promote a second one.
+	for _, c := range cands {
+		if c.status.Role == engine.RolePrimary && !c.status.ReadOnly {
+			obs.promoted = c.pod.Name
+			logger.Info("a replica already serves as primary; adopting it", "pod", c.pod.Name)
+			return nil
+		}
+	}
+	var bound *lagBound
+	if db.Spec.Failover.MaxLag != nil {
+		last, ok := r.Positions.get(db.UID)
+		if !ok {
+			r.event(db, corev1.EventTypeWarning, "LagBoundUnchecked", "Failover",
+				"spec.failover.maxLag cannot be checked: the operator has seen no position of primary %s since it started", primary)
+		} else {
+			bound = &lagBound{primary: last, max: *db.Spec.Failover.MaxLag}
+		}
+	}
+	best, why, err := chooseCandidate(cands, bound)
+	if err != nil {
+		if bound != nil {
+			obs.requeue = primarySampleInterval
+		}
+		return fmt.Errorf("primary %s failed and %w (unreachable: %v)", primary, err, unreachable)
+	}
+
+	r.event(db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", primary, best.pod.Name, why)
+	if primaryPod != nil {
+		// Fence what may still run of the old primary, so it takes no write
+		// once another is promoted. Unreachable is the usual case.
+		if inst, err := r.Instances.open(ctx, db, primaryPod, creds); err == nil {
+			ferr := inst.Fence(ctx)
+			_ = inst.Close()
+			if ferr != nil {
+				return fmt.Errorf("fencing old primary %s before promotion: %w", primary, ferr)
+			}
+		}
+	}
+	if err := r.recordPrimary(ctx, db, best.pod.Name); err != nil {
+		return fmt.Errorf("recording %s as the primary before promoting it: %w", best.pod.Name, err)
+	}
+	if err := best.inst.Promote(ctx); err != nil {
+		return fmt.Errorf("promoting %s: %w", best.pod.Name, err)
+	}
+	obs.promoted = best.pod.Name
+	obs.primaryUnhealthySince = nil
+	obs.failover = &dbv1.FailoverRecord{
+		Time: metav1.Time{Time: r.now()}, From: primary, To: best.pod.Name,
+		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(db), why),
+	}
+
+	newPrimary, err := r.Instances.endpoint(ctx, db, best.pod)
+	if err != nil {
+		return err
+	}
+	var followErrs []error
+	for _, c := range cands {
+		if c.pod.Name == best.pod.Name {
+			continue
+		}
+		if err := c.inst.Follow(ctx, newPrimary, creds); err != nil {
+			followErrs = append(followErrs, fmt.Errorf("%s: %w", c.pod.Name, err))
+		}
+	}
+	r.event(db, corev1.EventTypeNormal, "FailoverCompleted", "Failover", "%s is the primary; %d replicas re-pointed", best.pod.Name, len(cands)-1-len(followErrs))
+	if len(followErrs) > 0 {
+		// The new primary serves; the replicas that could not follow are
+		// retried on the next reconcile through the error.
+		return fmt.Errorf("re-pointing replicas at %s: %w", best.pod.Name, errors.Join(followErrs...))
+	}
+	return nil
+}
+
+// lagBound is spec.failover.maxLag against the primary's last seen position.
+type lagBound struct {
+	primary engine.Position
+	max     int64
+}
+
+// chooseCandidate picks the replica with the furthest replication position
+// and says why, naming the replicas it passed over and their positions.
+// With a bound, a replica lagging the primary's last seen position by more
+// is never chosen.
+func chooseCandidate(cands []candidate, bound *lagBound) (candidate, string, error) {
+	var best *candidate
+	var beyond []string
+	for i := range cands {
+		c := &cands[i]
+		if c.status.Role != engine.RoleReplica {
+			continue
+		}
+		if bound != nil {
+			lag, err := c.inst.Lag(c.status.Received, bound.primary)
+			if err != nil || lag > bound.max {
+				beyond = append(beyond, fmt.Sprintf("%s lags %d (%v)", c.pod.Name, lag, err))
+				continue
+			}
+		}
+		if best == nil {
+			best = c
+			continue
+		}
+		// Promotion applies everything a replica has received before it
+		// takes writes, so what it received is what it will hold; on a tie,
+		// the one that already applied more is ready sooner.
+		cmp, err := c.inst.Compare(c.status.Received, best.status.Received)
+		if err != nil {
+			// Diverged replicas cannot be ordered: keep the one chosen so
+			// far, which came first by ordinal.
+			continue
+		}
+		if cmp > 0 || (cmp == 0 && mustCompare(c.inst, c.status.Applied, best.status.Applied) > 0) {
+			best = c
+		}
+	}
+	if best == nil {
+		if len(beyond) > 0 {
+			return candidate{}, "", fmt.Errorf("every reachable replica lags the primary's last seen position %s beyond spec.failover.maxLag %d: %s",
+				bound.primary, bound.max, strings.Join(beyond, ", "))
+		}
+		return candidate{}, "", errors.New("no reachable replica can be promoted")
+	}
+	var others []string
+	for _, c := range cands {
+		if c.pod.Name != best.pod.Name {
+			others = append(others, fmt.Sprintf("%s at %s", c.pod.Name, c.status.Received))
+		}
+	}
+	why := fmt.Sprintf("%s has the furthest position %s", best.pod.Name, best.status.Received)
+	if len(others) > 0 {
+		why += "; passed over " + strings.Join(others, ", ")
+	}
+	if len(beyond) > 0 {
+		why += fmt.Sprintf("; beyond maxLag %d of %s: %s", bound.max, bound.primary, strings.Join(beyond, ", "))
+	}
+	return *best, why, nil
+}
+
+func mustCompare(inst engine.Instance, a, b engine.Position) int {
+	c, err := inst.Compare(a, b)
+	if err != nil {
+		return 0
+	}
+	return c
+}

@@ -1,0 +1,96 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"example.com/database-operator/internal/engine"
+)
+
+// fakeInstance orders positions by LSN alone, as a PostgreSQL instance on
+// one timeline would; GTID "x" marks a diverged position.
+type fakeInstance struct{ engine.Instance }
+
+func (fakeInstance) Compare(a, b engine.Position) (int, error) {
+	if a.GTID == "x" || b.GTID == "x" {
+		return 0, engine.ErrDiverged
+	}
+	switch {
+	case a.LSN < b.LSN:
+		return -1, nil
+	case a.LSN > b.LSN:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func (fakeInstance) Lag(replica, primary engine.Position) (int64, error) {
+	if primary.LSN <= replica.LSN {
+		return 0, nil
+	}
+	return int64(primary.LSN - replica.LSN), nil
+}
+
+func cand(name string, role engine.Role, applied, received engine.LSN) candidate {
+	return candidate{
+		pod:    &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}},
+		inst:   fakeInstance{},
+		status: engine.Status{Role: role, Applied: engine.Position{LSN: applied}, Received: engine.Position{LSN: received}},
+	}
+}
+
+func TestChooseCandidate(t *testing.T) {
+	tests := []struct {
+		name  string
+		cands []candidate
+		want  string
+	}{
+		{"the least lagging replica wins", []candidate{cand("db-1", engine.RoleReplica, 100, 100), cand("db-2", engine.RoleReplica, 300, 300)}, "db-2"},
+		{"first by ordinal on a tie", []candidate{cand("db-1", engine.RoleReplica, 300, 300), cand("db-2", engine.RoleReplica, 300, 300)}, "db-1"},
+		{"more received wins: promotion applies it", []candidate{cand("db-1", engine.RoleReplica, 350, 350), cand("db-2", engine.RoleReplica, 300, 400)}, "db-2"},
+		{"equal received: more applied wins", []candidate{cand("db-1", engine.RoleReplica, 300, 400), cand("db-2", engine.RoleReplica, 390, 400)}, "db-2"},
+		{"a primary is never a candidate", []candidate{cand("db-1", engine.RolePrimary, 900, 900), cand("db-2", engine.RoleReplica, 10, 10)}, "db-2"},
+	}
+	for _, tt := range tests {
+		got, why, err := chooseCandidate(tt.cands, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got.pod.Name != tt.want {
+			t.Errorf("%s: chose %s, want %s (%s)", tt.name, got.pod.Name, tt.want, why)
+		}
+		if !strings.Contains(why, tt.want) {
+			t.Errorf("%s: explanation %q does not name the choice", tt.name, why)
+		}
+	}
+	if _, _, err := chooseCandidate(nil, nil); err == nil {
+		t.Error("no candidates: no error")
+	}
+	if _, _, err := chooseCandidate([]candidate{cand("db-1", engine.RolePrimary, 1, 1)}, nil); err == nil {
+		t.Error("only a primary: no error")
+	}
+}
+
+func TestChooseCandidateLagBound(t *testing.T) {
+	bound := &lagBound{primary: engine.Position{LSN: 1000}, max: 100}
+	// db-2 is within the bound; db-1, beyond it, is passed over and named.
+	got, why, err := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 850, 850), cand("db-2", engine.RoleReplica, 950, 950)}, bound)
+	if err != nil || got.pod.Name != "db-2" {
+		t.Fatalf("chose %v (%v), want db-2", got.pod, err)
+	}
+	if !strings.Contains(why, "beyond maxLag 100") || !strings.Contains(why, "db-1 lags 150") {
+		t.Errorf("explanation %q does not say db-1 is beyond the bound", why)
+	}
+	// Every replica beyond the bound: no failover, and the error says why.
+	_, _, err = chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 850, 850), cand("db-2", engine.RoleReplica, 880, 880)}, bound)
+	if err == nil || !strings.Contains(err.Error(), "beyond spec.failover.maxLag 100") || !strings.Contains(err.Error(), "db-2 lags 120") {
+		t.Errorf("every replica beyond the bound: %v", err)
+	}
+	// At the bound exactly is allowed.
+	if got, _, err := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 900, 900)}, bound); err != nil || got.pod.Name != "db-1" {
+		t.Errorf("a replica exactly at the bound: %v %v", got.pod, err)
+	}
+}

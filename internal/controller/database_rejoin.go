@@ -1,0 +1,153 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// reconcileRejoin brings every other ready instance under the current
+// primary. A former primary that came back writable is fenced at once (two
+// primaries never take writes); then PostgreSQL is restarted so its start
+// script rewinds it (pg_rewind) into a standby, and MySQL/MariaDB follows
+// the primary when it holds nothing the primary lacks, or is rebuilt from
+// the primary (its old data set aside, an Event naming both positions) when
+// it holds errant transactions. A replica streaming from anything but the
+// primary is re-pointed.
+func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if r.Instances == nil || db.Spec.Replicas < 2 || db.Status.CurrentPrimary == "" {
+		return nil
+	}
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
+	}
+	name := primaryName(db, obs)
+	var primaryPod *corev1.Pod
+	for i := range pods {
+		if pods[i].Name == name {
+			primaryPod = &pods[i]
+		}
+	}
+	if primaryPod == nil || !podReady(primaryPod) {
+		return nil // nothing to follow yet: failover's concern
+	}
+	creds, err := r.Instances.credentials(ctx, db)
+	if err != nil {
+		return err
+	}
+	target, err := r.Instances.endpoint(ctx, db, primaryPod)
+	if err != nil {
+		return nil // the primary cannot be reached (no address yet): nothing to follow
+	}
+	p := &rejoin{r: r, db: db, obs: obs, creds: creds, primaryPod: primaryPod, primaryEP: target}
+	defer p.close()
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Name == name || !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
+			continue
+		}
+		if err := p.instance(ctx, pod); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rejoin holds what one Rejoin phase learns about the primary.
+type rejoin struct {
+	r          *DatabaseReconciler
+	db         *dbv1.Database
+	obs        *observed
+	creds      engine.Credentials
+	primaryPod *corev1.Pod
+	primaryEP  engine.Endpoint
+	primary    engine.Instance // opened when first needed
+}
+
+func (p *rejoin) close() {
+	if p.primary != nil {
+		_ = p.primary.Close()
+	}
+}
+
+func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
+	inst, err := p.r.Instances.open(ctx, p.db, pod, p.creds)
+	if err != nil {
+		return nil // unreachable: nothing to decide about it now
+	}
+	defer inst.Close()
+	st, err := inst.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	if st.Role == engine.RolePrimary {
+		return p.formerPrimary(ctx, pod, inst, st)
+	}
+	// A standby whose receiver is down reports no source; re-pointing it
+	// is harmless when it was right, and heals it when it was not.
+	if st.Source == p.primaryEP.String() {
+		return nil
+	}
+	if err := inst.Follow(ctx, p.primaryEP, p.creds); err != nil {
+		return fmt.Errorf("re-pointing at %s: %w", p.primaryPod.Name, err)
+	}
+	p.r.event(p.db, corev1.EventTypeNormal, "ReplicaRepointed", "Rejoin", "%s replicated from %q; it now follows %s", pod.Name, st.Source, p.primaryPod.Name)
+	return nil
+}
+
+func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine.Instance, st engine.Status) error {
+	primary := p.primaryPod.Name
+	if !st.ReadOnly {
+		if err := inst.Fence(ctx); err != nil {
+			return fmt.Errorf("fencing a second primary: %w", err)
+		}
+		p.r.event(p.db, corev1.EventTypeWarning, "FormerPrimaryFenced", "Fence",
+			"%s runs as a writable primary while %s is the primary: fenced it (read-only)", pod.Name, primary)
+	}
+	if p.db.Spec.Engine == dbv1.EnginePostgreSQL {
+		p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind) and start it as a standby")
+		return nil
+	}
+	if p.primary == nil {
+		prim, err := p.r.Instances.open(ctx, p.db, p.primaryPod, p.creds)
+		if err != nil {
+			return fmt.Errorf("reaching primary %s: %w", primary, err)
+		}
+		p.primary = prim
+	}
+	pst, err := p.primary.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("reading primary %s: %w", primary, err)
+	}
+	cmp, err := inst.Compare(st.Applied, pst.Applied)
+	if err != nil && !errors.Is(err, engine.ErrDiverged) {
+		// Positions that cannot be read are no evidence of divergence:
+		// never rebuild (which sets the data aside) on a parse error.
+		return fmt.Errorf("comparing %s (%s) with primary %s (%s): %w", pod.Name, st.Applied, primary, pst.Applied, err)
+	}
+	if err == nil && cmp <= 0 {
+		if err := inst.Follow(ctx, p.primaryEP, p.creds); err != nil {
+			return fmt.Errorf("re-pointing at %s: %w", primary, err)
+		}
+		p.r.event(p.db, corev1.EventTypeNormal, "FormerPrimaryRejoined", "Rejoin",
+			"%s holds nothing %s lacks (%s within %s); it now replicates from %s", pod.Name, primary, st.Applied, pst.Applied, primary)
+		return nil
+	}
+	// Errant transactions: re-attaching would fail or, worse, silently
+	// skip them. Rebuild from the primary; the start script keeps the old
+	// data aside on the volume for whoever wants to recover those writes.
+	token := p.r.now().UTC().Format("20060102T150405Z")
+	p.obs.requestRebuild(pod.Name, token)
+	p.r.event(p.db, corev1.EventTypeWarning, "InstanceDiverged", "Rebuild",
+		"%s holds transactions primary %s lacks (%s against %s): rebuilding it from %s (request %s); its old data is kept aside on its volume",
+		pod.Name, primary, st.Applied, pst.Applied, primary, token)
+	p.obs.restartPod(pod, "rebuild it from "+primary)
+	return nil
+}

@@ -1,0 +1,216 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup"
+)
+
+// Restored condition reasons.
+const (
+	ReasonRestoring        = "Restoring"
+	ReasonRestoreSucceeded = "RestoreSucceeded"
+	ReasonRestoreFailed    = "RestoreFailed"
+	ReasonWaitingForBackup = "WaitingForBackup"
+	// ReasonExistingDataKept: the primary already held data (a Database
+	// recreated over its retained volumes): the backup was not loaded and
+	// the data is served as it is.
+	ReasonExistingDataKept = "ExistingDataKept"
+)
+
+// restoreDone reports whether a bootstrap restore has ended, one way or the
+// other, or was never asked for.
+func restoreDone(db *dbv1.Database) bool {
+	if db.Spec.Bootstrap == nil {
+		return true
+	}
+	c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
+	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == ReasonRestoreFailed || c.Reason == ReasonExistingDataKept)
+}
+
+// restoreJobName is the Job that loads a Database's bootstrap backup.
+func restoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
+
+// reconcileRestore loads spec.bootstrap's backup into a new Database's
+// primary once it runs: a Job verifies every file's checksum, then loads
+// them. Until it succeeded the primary has no read-write role (no
+// application write can land first) and the Database is not Ready. A
+// failed restore is not retried: the condition says why, the backup is
+// untouched, and the user recreates the Database (or fixes the backup).
+func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if db.Spec.Bootstrap == nil {
+		return nil
+	}
+	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
+	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonExistingDataKept) {
+		return nil
+	}
+	obs.restoring = true
+	if cond != nil && cond.Reason == ReasonRestoreFailed {
+		obs.restored = cond
+		return nil
+	}
+	set := func(status metav1.ConditionStatus, reason, msg string) {
+		obs.restored = &metav1.Condition{Type: dbv1.ConditionRestored, Status: status, Reason: reason, Message: msg}
+	}
+	target, path, wait, err := r.restoreSource(ctx, db)
+	switch {
+	case err != nil:
+		set(metav1.ConditionFalse, ReasonRestoreFailed, err.Error())
+		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", err)
+		return nil
+	case wait != "":
+		set(metav1.ConditionFalse, ReasonWaitingForBackup, wait)
+		obs.requeueWithin(10e9)
+		return nil
+	}
+
+	job := &batchv1.Job{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: restoreJobName(db)}, job)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.startRestore(ctx, db, obs, target, path, set)
+	case err != nil:
+		return fmt.Errorf("reading the restore Job: %w", err)
+	case !metav1.IsControlledBy(job, db):
+		set(metav1.ConditionFalse, ReasonRestoreFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
+		return nil
+	}
+	done, failedReason, failedMsg := jobFinished(job)
+	if !done {
+		set(metav1.ConditionFalse, ReasonRestoring, fmt.Sprintf("restore Job %s is verifying and loading %s", job.Name, path))
+		return nil
+	}
+	result, found, err := jobResult(ctx, r.APIReader, job, componentRestor)
+	if err != nil {
+		return err
+	}
+	if !found && failedReason == "" && resultMayLag(job, r.now()) {
+		set(metav1.ConditionFalse, ReasonRestoring, "waiting for the restore Job's result")
+		obs.requeueWithin(2e9)
+		return nil
+	}
+	switch {
+	case found && result.Reason == backup.ReasonNotEmpty:
+		msg := fmt.Sprintf("the backup %s was not loaded: %s (a Database recreated over its retained volumes keeps its data)", path, result.Message)
+		set(metav1.ConditionFalse, ReasonExistingDataKept, msg)
+		obs.restoring = false
+		r.event(db, corev1.EventTypeWarning, ReasonExistingDataKept, "Restore", "%s", msg)
+		return nil
+	case failedReason == "" && found && result.Succeeded:
+		msg := fmt.Sprintf("restored %s (%d bytes, checksums verified: %s), taken at position %s or later", result.Location, result.Size, result.Checksum, result.Position)
+		set(metav1.ConditionTrue, ReasonRestoreSucceeded, msg)
+		obs.restoring = false
+		r.event(db, corev1.EventTypeNormal, ReasonRestoreSucceeded, "Restore", "%s", msg)
+		return nil
+	case found && !result.Succeeded:
+		failedMsg = fmt.Sprintf("%s: %s", result.Reason, result.Message)
+	case failedReason == batchv1.JobReasonDeadlineExceeded:
+		failedMsg = "the restore ran longer than its deadline and was stopped"
+	case failedReason == "":
+		failedMsg = "the restore Job completed without reporting a result"
+	}
+	msg := fmt.Sprintf("restoring %s failed: %s; the backup is untouched: fix the cause and recreate the Database", path, failedMsg)
+	set(metav1.ConditionFalse, ReasonRestoreFailed, msg)
+	r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%s", msg)
+	return nil
+}
+
+// restoreSource resolves spec.bootstrap to a target and a path. A Backup
+// that has not finished yet is waited for; one that failed is an error.
+func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Database) (dbv1.BackupTarget, string, string, error) {
+	bs := db.Spec.Bootstrap
+	if bs.Source != nil {
+		return bs.Source.Target, bs.Source.Path, "", nil
+	}
+	b := &dbv1.Backup{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: bs.Backup.Name}, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			return dbv1.BackupTarget{}, "", fmt.Sprintf("waiting for Backup %q, which does not exist in namespace %s", bs.Backup.Name, db.Namespace), nil
+		}
+		return dbv1.BackupTarget{}, "", "", err
+	}
+	switch b.Status.Phase {
+	case dbv1.BackupCompleted:
+	case dbv1.BackupFailed, dbv1.BackupSkipped:
+		return dbv1.BackupTarget{}, "", "", fmt.Errorf("Backup %s cannot be restored: it is %s (%s)", b.Name, b.Status.Phase, b.Status.Message)
+	default:
+		return dbv1.BackupTarget{}, "", fmt.Sprintf("waiting for Backup %s to complete (it is %s)", b.Name, b.Status.Phase), nil
+	}
+	if b.Status.Engine != "" && b.Status.Engine != db.Spec.Engine {
+		return dbv1.BackupTarget{}, "", "", fmt.Errorf("Backup %s is a %s backup and cannot be restored into a %s Database", b.Name, b.Status.Engine, db.Spec.Engine)
+	}
+	// The target the backup went to, as recorded; for Backups recorded
+	// without it, the Backup's own or its source Database's.
+	target := dbv1.BackupTarget{}
+	switch {
+	case b.Status.Target != nil:
+		target = *b.Status.Target
+	case b.Spec.Target != nil:
+		target = *b.Spec.Target
+	default:
+		src := &dbv1.Database{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: b.Spec.Database.Name}, src)
+		switch {
+		case err == nil:
+			target = backupTarget(b, src)
+		case apierrors.IsNotFound(err):
+			// The source is gone: its default volume claim (kept) holds the backup.
+			target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
+		default:
+			return dbv1.BackupTarget{}, "", "", err
+		}
+	}
+	if target.S3 == nil && (target.Volume == nil || target.Volume.ClaimName == "") {
+		// The backed-up Database's default claim, not the new one's.
+		target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
+	}
+	return target, b.Status.Path, "", nil
+}
+
+func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database, obs *observed, target dbv1.BackupTarget, path string,
+	set func(metav1.ConditionStatus, string, string)) error {
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
+	}
+	var primary *corev1.Pod
+	for i := range pods {
+		if pods[i].Name == primaryName(db, obs) && pods[i].DeletionTimestamp.IsZero() && podReady(&pods[i]) {
+			primary = &pods[i]
+		}
+	}
+	if primary == nil {
+		set(metav1.ConditionFalse, ReasonRestoring, "waiting for the primary to start before loading "+path)
+		return nil
+	}
+	if err := checkTarget(ctx, r.APIReader, db.Namespace, target); err != nil {
+		set(metav1.ConditionFalse, ReasonRestoreFailed, err.Error())
+		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", err)
+		return nil
+	}
+	job, err := buildJob(jobRequest{name: restoreJobName(db), component: componentRestor, db: db, instance: primary, target: target,
+		args: []string{"--path=" + path}, deadline: 6 * defaultDeadline}, r.Values.OperatorImage)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(db, job, r.Scheme); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the restore Job: %w", err)
+	}
+	set(metav1.ConditionFalse, ReasonRestoring, fmt.Sprintf("restore Job %s started: verifying and loading %s into %s", job.Name, path, primary.Name))
+	r.event(db, corev1.EventTypeNormal, "RestoreStarted", "Restore", "Loading %s into %s", path, primary.Name)
+	return nil
+}

@@ -1,0 +1,278 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// observed is what one reconcile saw of the objects behind a Database. The
+// phases fill it in; computeStatus reads it.
+type observed struct {
+	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
+	pods        []corev1.Pod
+	podsListed  bool
+	waiting     string        // set when a phase waits on something before it can go on
+	requeue     time.Duration // when to look again (a failover delay running out)
+
+	// Failover: when the primary was first seen failed (nil: healthy), and
+	// the pod promoted in this reconcile with the record of it.
+	primaryUnhealthySince *metav1.Time
+	promoted              string
+	failover              *dbv1.FailoverRecord
+
+	// Rejoin: pods to restart (after the topology is written) and why, and
+	// rebuild requests (pod -> token) for the topology.
+	restart    []*corev1.Pod
+	restartWhy map[string]string
+	rebuild    map[string]string
+
+	// Backups: the latest finished Backup, when the latest completed one
+	// finished, and the schedule time of a Backup created in this reconcile.
+	lastBackup           *dbv1.Backup
+	lastSuccessfulBackup *metav1.Time
+	lastScheduledBackup  *metav1.Time
+
+	// Restore (spec.bootstrap): restoring is true until the backup is
+	// loaded (the primary gets no read-write role meanwhile); restored is
+	// the Restored condition to set.
+	restoring bool
+	restored  *metav1.Condition
+
+	failedPhase string // the reconcile phase that failed, if any
+	err         error  // what it failed with
+}
+
+// requeueWithin asks for the next reconcile within d.
+func (o *observed) requeueWithin(d time.Duration) {
+	if d > 0 && (o.requeue == 0 || d < o.requeue) {
+		o.requeue = d
+	}
+}
+
+func (o *observed) restartPod(pod *corev1.Pod, why string) {
+	if o.restartWhy == nil {
+		o.restartWhy = map[string]string{}
+	}
+	if _, dup := o.restartWhy[pod.Name]; !dup {
+		o.restart = append(o.restart, pod)
+	}
+	o.restartWhy[pod.Name] = why
+}
+
+func (o *observed) requestRebuild(pod, token string) {
+	if o.rebuild == nil {
+		o.rebuild = map[string]string{}
+	}
+	o.rebuild[pod] = token
+}
+
+// Condition reasons.
+const (
+	ReasonAllInstancesReady  = "AllInstancesReady"
+	ReasonPrimaryNotReady    = "PrimaryNotReady"
+	ReasonInstancesNotReady  = "InstancesNotReady"
+	ReasonCreating           = "Creating"
+	ReasonScaling            = "Scaling"
+	ReasonRollingUpdate      = "RollingUpdate"
+	ReasonResizing           = "Resizing"
+	ReasonReconciled         = "Reconciled"
+	ReasonAsExpected         = "AsExpected"
+	ReasonDeleting           = "Deleting"
+	reasonPhaseFailedPostfix = "Failed" // <Phase>Failed, e.g. ApplyFailed
+)
+
+// computeStatus derives the whole status from the spec and what was
+// observed. It is pure: same inputs, same status (condition times aside,
+// which meta.SetStatusCondition keeps when a condition does not change).
+func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
+	st := *db.Status.DeepCopy()
+	desired := max(db.Spec.Replicas, 1)
+	port := enginePort(db.Spec.Engine)
+
+	st.Version = effectiveVersion(db)
+	st.Selector = labels.SelectorFromSet(selectorLabels(db)).String()
+	st.Endpoints = dbv1.Endpoints{
+		ReadWrite: fmt.Sprintf("%s-rw.%s.svc:%d", db.Name, db.Namespace, port),
+		ReadOnly:  fmt.Sprintf("%s-ro.%s.svc:%d", db.Name, db.Namespace, port),
+	}
+
+	primary := primaryName(db, obs)
+	primaryReady := false
+	var ready int32
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
+			continue
+		}
+		ready++
+		if p.Name == primary && p.Labels[labelRole] == rolePrimary {
+			primaryReady = true
+		}
+	}
+	st.ReadyReplicas = ready
+	st.Replicas = 0
+	if obs.statefulSet != nil {
+		st.Replicas = obs.statefulSet.Status.Replicas
+	}
+	if primaryReady || obs.promoted != "" {
+		st.CurrentPrimary = primary
+	}
+	st.PrimaryUnhealthySince = obs.primaryUnhealthySince
+	if obs.failover != nil {
+		st.LastFailover = obs.failover
+	}
+
+	progressing, progressReason, progressMsg := rollout(db, obs.statefulSet, desired)
+	if obs.waiting != "" {
+		progressing, progressReason, progressMsg = true, ReasonResizing, obs.waiting
+	}
+	allReady := primaryReady && ready == desired
+
+	// Ready
+	switch {
+	case allReady:
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionTrue, ReasonAllInstancesReady,
+			fmt.Sprintf("%d/%d instances ready; primary %s serves writes", ready, desired, primary))
+	case !primaryReady:
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonPrimaryNotReady,
+			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", primary, ready, desired))
+	default:
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonInstancesNotReady,
+			fmt.Sprintf("%d/%d instances ready", ready, desired))
+	}
+
+	// A Database bootstrapped from a backup is Ready only once it was restored.
+	if obs.restored != nil {
+		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
+	}
+	if obs.restoring {
+		reason, msg := ReasonRestoring, "the bootstrap backup is not loaded yet"
+		if obs.restored != nil {
+			reason, msg = obs.restored.Reason, obs.restored.Message
+		}
+		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	}
+	backupStatus(&st, db, obs)
+
+	// Progressing
+	if progressing {
+		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionTrue, progressReason, progressMsg)
+	} else {
+		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionFalse, ReasonReconciled,
+			fmt.Sprintf("%d instances of %s %s match the spec", desired, db.Spec.Engine, st.Version))
+	}
+
+	// Degraded: a phase failed, or the rollout is done and still not all is ready.
+	switch {
+	case obs.err != nil:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
+	case !progressing && !primaryReady:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonPrimaryNotReady,
+			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", primary, rolePrimary))
+	case !progressing && !allReady:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonInstancesNotReady,
+			fmt.Sprintf("%d/%d instances ready after the rollout finished", ready, desired))
+	default:
+		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "no failure observed")
+	}
+
+	switch {
+	case !db.DeletionTimestamp.IsZero():
+		st.Phase = dbv1.PhaseDeleting
+	case obs.err != nil && ready == 0:
+		st.Phase = dbv1.PhaseFailed
+	case obs.restoring && obs.restored != nil && obs.restored.Reason == ReasonRestoreFailed:
+		st.Phase = dbv1.PhaseFailed
+	case obs.restoring:
+		st.Phase = dbv1.PhaseProvisioning
+	case obs.err != nil:
+		st.Phase = dbv1.PhaseDegraded
+	case obs.statefulSet == nil:
+		st.Phase = dbv1.PhasePending
+	case allReady && !progressing:
+		st.Phase = dbv1.PhaseRunning
+	case !primaryReady && ready == 0 && progressing:
+		st.Phase = dbv1.PhaseProvisioning
+	case progressing:
+		st.Phase = dbv1.PhaseUpdating
+	default:
+		st.Phase = dbv1.PhaseDegraded
+	}
+
+	if obs.err == nil && obs.waiting == "" {
+		st.ObservedGeneration = db.Generation
+	}
+	return st
+}
+
+// rollout tells whether the StatefulSet is still moving towards the spec.
+func rollout(db *dbv1.Database, sts *appsv1.StatefulSet, desired int32) (bool, string, string) {
+	if sts == nil {
+		return true, ReasonCreating, "creating the StatefulSet"
+	}
+	s := sts.Status
+	switch {
+	case s.ObservedGeneration < sts.Generation:
+		return true, ReasonRollingUpdate, "waiting for the StatefulSet controller to observe the change"
+	case s.Replicas != desired || ptrValue(sts.Spec.Replicas) != desired:
+		if s.ReadyReplicas == 0 && db.Status.ReadyReplicas == 0 {
+			return true, ReasonCreating, fmt.Sprintf("creating instances: %d/%d exist", s.Replicas, desired)
+		}
+		return true, ReasonScaling, fmt.Sprintf("scaling from %d to %d instances", s.Replicas, desired)
+	case s.UpdateRevision != "" && (s.CurrentRevision != s.UpdateRevision || s.UpdatedReplicas != desired):
+		return true, ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s: %d/%d instances updated", s.UpdateRevision, s.UpdatedReplicas, desired)
+	case s.ReadyReplicas < desired && db.Status.Phase != dbv1.PhaseRunning && db.Status.Phase != dbv1.PhaseDegraded:
+		// Converged but not yet all ready, and never reached Running since the
+		// change: instances are still starting. After Running, this is Degraded.
+		return true, ReasonCreating, fmt.Sprintf("starting instances: %d/%d ready", s.ReadyReplicas, desired)
+	}
+	return false, "", ""
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func setCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: db.Generation,
+	})
+}
+
+// writeStatus patches the status subresource only when it changed.
+func (r *DatabaseReconciler) writeStatus(ctx context.Context, db *dbv1.Database, st dbv1.DatabaseStatus) error {
+	if equalStatus(db.Status, st) {
+		return nil
+	}
+	orig := db.DeepCopy()
+	db.Status = st
+	if err := r.Status().Patch(ctx, db, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}
+
+func equalStatus(a, b dbv1.DatabaseStatus) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -1,0 +1,149 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// switchoverCatchUp bounds how long the target may take to apply what the
+// fenced primary wrote before the switchover is abandoned (and the old
+// primary unfenced).
+const switchoverCatchUp = 60 * time.Second
+
+// reconcileSwitchover moves the primary role to spec.primary when it names
+// another ready instance: fence the current primary, wait until the target
+// has applied everything the primary wrote, promote the target, and point
+// every other instance at it. Writes stop for the length of the catch-up;
+// none that was acknowledged is lost.
+func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	target, current := db.Spec.Primary, db.Status.CurrentPrimary
+	if r.Instances == nil || target == "" || current == "" || target == current || obs.promoted != "" {
+		return nil
+	}
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
+	}
+	var targetPod, currentPod *corev1.Pod
+	for i := range pods {
+		switch pods[i].Name {
+		case target:
+			targetPod = &pods[i]
+		case current:
+			currentPod = &pods[i]
+		}
+	}
+	if targetPod == nil || !podReady(targetPod) {
+		return fmt.Errorf("switchover to %s: the pod is missing or not ready", target)
+	}
+	if currentPod == nil {
+		return fmt.Errorf("switchover to %s: current primary %s has no pod (failover handles a lost primary)", target, current)
+	}
+	creds, err := r.Instances.credentials(ctx, db)
+	if err != nil {
+		return err
+	}
+	old, err := r.Instances.open(ctx, db, currentPod, creds)
+	if err != nil {
+		return fmt.Errorf("switchover to %s: reaching current primary %s: %w", target, current, err)
+	}
+	defer old.Close()
+	next, err := r.Instances.open(ctx, db, targetPod, creds)
+	if err != nil {
+		return fmt.Errorf("switchover to %s: %w", target, err)
+	}
+	defer next.Close()
+
+	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switchover", "Moving the primary from %s to %s", current, target)
+	if err := old.Fence(ctx); err != nil {
+		return fmt.Errorf("switchover to %s: fencing %s: %w", target, current, err)
+	}
+	final, err := old.Status(ctx)
+	if err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("reading %s's final position: %w", current, err))
+	}
+	if err := waitReached(ctx, next, final.Applied); err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err))
+	}
+	if err := r.recordPrimary(ctx, db, target); err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("recording %s as the primary: %w", target, err))
+	}
+	if err := next.Promote(ctx); err != nil {
+		// The topology names the target already; the retry promotes it.
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("promoting %s: %w", target, err))
+	}
+	obs.promoted = target
+	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary, at %s", target, final.Applied)
+
+	endpoint, err := r.Instances.endpoint(ctx, db, targetPod)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Name == target || !podReady(pod) && pod.Name != current {
+			continue
+		}
+		inst, err := r.Instances.open(ctx, db, pod, creds)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
+			continue
+		}
+		err = inst.Follow(ctx, endpoint, creds)
+		_ = inst.Close()
+		switch {
+		case errors.Is(err, engine.ErrNotInRecovery):
+			// A PostgreSQL primary becomes a standby only through a restart:
+			// it stays fenced, and the Rejoin phase restarts its pod so the
+			// start script rewinds it (pg_rewind) onto the new primary.
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("re-pointing instances at %s: %w", target, errors.Join(errs...))
+	}
+	return nil
+}
+
+// abandonSwitchover lets the old primary take writes again and reports why
+// the switchover did not happen.
+func (r *DatabaseReconciler) abandonSwitchover(ctx context.Context, db *dbv1.Database, old engine.Instance, cause error) error {
+	if err := old.Unfence(ctx); err != nil {
+		return fmt.Errorf("switchover abandoned (%w); unfencing the old primary failed too: %v", cause, err)
+	}
+	r.event(db, corev1.EventTypeWarning, "SwitchoverAbandoned", "Switchover", "%v; the current primary takes writes again", cause)
+	return fmt.Errorf("switchover abandoned: %w", cause)
+}
+
+// waitReached waits until inst has applied pos.
+func waitReached(ctx context.Context, inst engine.Instance, pos engine.Position) error {
+	ctx, cancel := context.WithTimeout(ctx, switchoverCatchUp)
+	defer cancel()
+	for {
+		st, err := inst.Status(ctx)
+		if err != nil {
+			return err
+		}
+		c, err := inst.Compare(st.Applied, pos)
+		if err != nil {
+			return err
+		}
+		if c >= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("at %s: %w", st.Applied, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// The topology ConfigMap tells the instances' start scripts (the chart's
+// files/*-start.sh) what the operator decided: which instance is primary
+// (the others clone from it, rewind onto it, start read-only) and which
+// instances must rebuild their data from it. It is written before any pod
+// is restarted to act on it, so a restarting pod always reads the decision.
+const (
+	topologyPrimaryKey = "primary"
+	topologyRebuildKey = "rebuild-" // + pod name; the value is a request token
+	// topologyInitializedKey is set once the Database has had a serving
+	// primary: from then on a primary without data is a lost volume, and
+	// the start scripts refuse to initialize an empty database in its place.
+	topologyInitializedKey = "initialized"
+)
+
+func topologyName(db *dbv1.Database) string { return db.Name + "-topology" }
+
+// reconcileTopology writes the topology ConfigMap when it changed, then
+// restarts (deletes; the StatefulSet recreates) the pods that an earlier
+// phase found must start over: a former primary that must rewind, an
+// instance that must be rebuilt. Volumes are never touched.
+func (r *DatabaseReconciler) reconcileTopology(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if err := r.writeTopology(ctx, db, obs); err != nil {
+		return err
+	}
+	for _, pod := range obs.restart {
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("restarting %s: %w", pod.Name, err)
+		}
+		r.event(db, corev1.EventTypeNormal, "InstanceRestarted", "Rejoin", "Restarted %s to %s", pod.Name, obs.restartWhy[pod.Name])
+	}
+	return nil
+}
+
+// recordPrimary writes pod as the primary into the topology before it is
+// promoted: a pod that restarts from then on reads the new primary, and
+// never rewinds the promoted instance onto the old one.
+func (r *DatabaseReconciler) recordPrimary(ctx context.Context, db *dbv1.Database, pod string) error {
+	return r.writeTopology(ctx, db, &observed{promoted: pod})
+}
+
+// writeTopology applies the topology obs calls for, when it differs from
+// the live one.
+func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	live := &corev1.ConfigMap{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading topology: %w", err)
+	}
+	want := desiredTopology(db, obs, live.Data)
+	if maps.Equal(want, live.Data) {
+		return nil
+	}
+	return r.applyTopology(ctx, db, want)
+}
+
+// desiredTopology is the primary plus every rebuild request, old ones kept:
+// a start script acts on a token once (it records the last one it carried
+// out on the volume), so a kept token costs nothing.
+func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) map[string]string {
+	want := map[string]string{topologyPrimaryKey: primaryName(db, obs)}
+	if db.Status.CurrentPrimary != "" {
+		want[topologyInitializedKey] = "true"
+	}
+	for k, v := range live {
+		if strings.HasPrefix(k, topologyRebuildKey) {
+			want[k] = v
+		}
+	}
+	for pod, token := range obs.rebuild {
+		want[topologyRebuildKey+pod] = token
+	}
+	return want
+}
+
+func (r *DatabaseReconciler) applyTopology(ctx context.Context, db *dbv1.Database, data map[string]string) error {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetNamespace(db.Namespace)
+	u.SetName(topologyName(db))
+	labels := selectorLabels(db)
+	labels[labelManagedBy] = managedBy // in the operator's cache
+	u.SetLabels(labels)
+	d := map[string]any{}
+	for k, v := range data {
+		d[k] = v
+	}
+	u.Object["data"] = d
+	if err := stamp(db, u); err != nil {
+		return err
+	}
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing topology: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package controller
+
+import (
+	"maps"
+	"testing"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+func TestDesiredTopology(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		current string // status.currentPrimary
+		obs     observed
+		live    map[string]string
+		want    map[string]string
+	}{
+		{name: "new database: instance 0", want: map[string]string{"primary": "orders-0"}},
+		{name: "status names the primary; it has served", current: "orders-2", live: map[string]string{"primary": "orders-0"},
+			want: map[string]string{"primary": "orders-2", "initialized": "true"}},
+		{name: "a promotion in this reconcile wins", current: "orders-0", obs: observed{promoted: "orders-1"},
+			want: map[string]string{"primary": "orders-1", "initialized": "true"}},
+		{name: "rebuild requests are kept and added; stray keys dropped", current: "orders-1",
+			obs:  observed{rebuild: map[string]string{"orders-2": "t2"}},
+			live: map[string]string{"primary": "orders-1", "rebuild-orders-0": "t1", "edited-by-hand": "x"},
+			want: map[string]string{"primary": "orders-1", "initialized": "true", "rebuild-orders-0": "t1", "rebuild-orders-2": "t2"}},
+		{name: "a newer request replaces the old token", current: "orders-1",
+			obs:  observed{rebuild: map[string]string{"orders-0": "t3"}},
+			live: map[string]string{"primary": "orders-1", "rebuild-orders-0": "t1"},
+			want: map[string]string{"primary": "orders-1", "initialized": "true", "rebuild-orders-0": "t3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) { db.Status.CurrentPrimary = tc.current })
+			if got := desiredTopology(db, &tc.obs, tc.live); !maps.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// Label keys and values shared by the chart and the Go code. The chart
+// renders the selector labels; the role label is Go's alone (the chart only
+// selects on it).
+const (
+	labelName      = "app.kubernetes.io/name"
+	labelInstance  = "app.kubernetes.io/instance"
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	labelRole      = "database.example.com/role"
+
+	managedBy   = "database-operator"
+	chartName   = "database"
+	rolePrimary = "primary"
+	roleReplica = "replica"
+)
+
+// defaultResources apply when a Database sets no resources at all.
+func defaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("100m"),
+		corev1.ResourceMemory: resource.MustParse("256Mi"),
+	}}
+}
+
+// effectiveVersion is the version a Database runs: spec.version, else the
+// version already recorded in status (so clearing spec.version never moves a
+// running database to another version), else the engine's default.
+func effectiveVersion(db *dbv1.Database) string {
+	if db.Spec.Version != "" {
+		return db.Spec.Version
+	}
+	if v := db.Status.Version; v != "" && dbv1.IsSupportedVersion(db.Spec.Engine, v) {
+		return v
+	}
+	return dbv1.DefaultVersion(db.Spec.Engine)
+}
+
+// enginePort is the port the engine listens on (the chart uses the same).
+func enginePort(e dbv1.Engine) int32 {
+	if e == dbv1.EnginePostgreSQL {
+		return 5432
+	}
+	return 3306
+}
+
+// credentialsSecretName is the Secret holding a Database's superuser credentials.
+func credentialsSecretName(db *dbv1.Database) string { return db.Name + "-credentials" }
+
+// selectorLabels select a Database's pods, PVCs and owned objects.
+func selectorLabels(db *dbv1.Database) map[string]string {
+	return map[string]string{labelName: chartName, labelInstance: db.Name}
+}
+
+// ValueOptions are the operator-wide settings that go into every render.
+type ValueOptions struct {
+	// OperatorNamespace is allowed through the NetworkPolicy; empty allows
+	// only the Database's own namespace.
+	OperatorNamespace string
+	// NoNetworkPolicy leaves out the NetworkPolicy, for clusters whose
+	// network plugin does not enforce them (or that manage them centrally).
+	NoNetworkPolicy bool
+	// Images maps "<engine>:<version>" to the image that runs it, from the
+	// RELATED_IMAGE_* environment (see ImagesFromEnv); a Database's own
+	// spec.image still wins. Unlisted versions use the chart's images.
+	Images map[string]string
+	// OperatorImage is the operator's own image (RELATED_IMAGE_MANAGER):
+	// backup and restore Jobs take the manager binary from it.
+	OperatorImage string
+}
+
+// relatedImagePrefix marks the environment variables OLM lists as the
+// CSV's relatedImages and mirroring tools rewrite.
+const relatedImagePrefix = "RELATED_IMAGE_"
+
+// ImagesFromEnv reads RELATED_IMAGE_<ENGINE>_<VERSION> variables (version
+// dots written as underscores: RELATED_IMAGE_MYSQL_8_4) into
+// ValueOptions.Images. Other RELATED_IMAGE_ variables (the manager's own)
+// are not operands and are skipped.
+func ImagesFromEnv(environ []string) map[string]string {
+	out := map[string]string{}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || value == "" || !strings.HasPrefix(name, relatedImagePrefix) {
+			continue
+		}
+		engine, version, ok := strings.Cut(strings.ToLower(strings.TrimPrefix(name, relatedImagePrefix)), "_")
+		if !ok || !slices.Contains(dbv1.Engines(), dbv1.Engine(engine)) {
+			continue
+		}
+		out[engine+":"+strings.ReplaceAll(version, "_", ".")] = value
+	}
+	return out
+}
+
+// chartValues derives the chart's values from a Database. It is the one
+// place that maps the API onto the chart; it reads nothing but its inputs.
+func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
+	storage := map[string]any{"size": db.Spec.Storage.Size.String()}
+	if sc := db.Spec.Storage.StorageClassName; sc != nil {
+		storage["storageClassName"] = *sc
+	}
+	replicas := db.Spec.Replicas
+	if replicas < 1 {
+		replicas = 1
+	}
+	image := db.Spec.Image
+	if image == "" {
+		image = opts.Images[string(db.Spec.Engine)+":"+effectiveVersion(db)]
+	}
+	return map[string]any{
+		"engine":            string(db.Spec.Engine),
+		"version":           effectiveVersion(db),
+		"image":             image,
+		"replicas":          int64(replicas),
+		"storage":           storage,
+		"resources":         resourceValues(db.Spec.Resources),
+		"credentialsSecret": credentialsSecretName(db),
+		"operatorNamespace": opts.OperatorNamespace,
+		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
+	}
+}
+
+// resourceValues turns resource requirements into chart values. A user who
+// sets only limits gets requests equal to them, as Kubernetes itself would
+// default, rather than the chart's default requests (which could exceed the
+// limits and be refused).
+func resourceValues(r corev1.ResourceRequirements) map[string]any {
+	if len(r.Requests) == 0 && len(r.Limits) == 0 {
+		r = defaultResources()
+	}
+	requests := r.Requests
+	if len(requests) == 0 {
+		requests = r.Limits
+	}
+	out := map[string]any{"requests": quantities(requests)}
+	if len(r.Limits) > 0 {
+		out["limits"] = quantities(r.Limits)
+	}
+	return out
+}
+
+func quantities(l corev1.ResourceList) map[string]any {
+	m := make(map[string]any, len(l))
+	for name, q := range l {
+		m[string(name)] = q.String()
+	}
+	return m
+}

@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+func newDB(engine dbv1.Engine, mutate ...func(*dbv1.Database)) *dbv1.Database {
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "uid-1", Generation: 1},
+		Spec: dbv1.DatabaseSpec{
+			Engine:   engine,
+			Replicas: 1,
+			Storage:  dbv1.StorageSpec{Size: resource.MustParse("10Gi")},
+		},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func TestChartValues(t *testing.T) {
+	defaultRes := map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "256Mi"}}
+	base := func(engine, version string) map[string]any {
+		return map[string]any{
+			"engine": engine, "version": version, "image": "", "replicas": int64(1),
+			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
+			"credentialsSecret": "orders-credentials", "operatorNamespace": "",
+			"networkPolicy": map[string]any{"enabled": true},
+		}
+	}
+	tests := []struct {
+		name string
+		db   *dbv1.Database
+		opts ValueOptions
+		want func(map[string]any)
+	}{
+		{name: "postgresql defaults", db: newDB(dbv1.EnginePostgreSQL), want: func(map[string]any) {}},
+		{name: "mysql default version", db: newDB(dbv1.EngineMySQL), want: func(map[string]any) {}},
+		{name: "mariadb default version", db: newDB(dbv1.EngineMariaDB), want: func(map[string]any) {}},
+		{
+			name: "explicit version, image, replicas, storage class, operator namespace",
+			db: newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+				db.Spec.Version, db.Spec.Image, db.Spec.Replicas = "10.11", "mirror/mariadb:10.11.9", 3
+				db.Spec.Storage.StorageClassName = ptr.To("fast")
+			}),
+			opts: ValueOptions{OperatorNamespace: "operators"},
+			want: func(m map[string]any) {
+				m["version"], m["image"], m["replicas"], m["operatorNamespace"] = "10.11", "mirror/mariadb:10.11.9", int64(3), "operators"
+				m["storage"] = map[string]any{"size": "10Gi", "storageClassName": "fast"}
+			},
+		},
+		{
+			name: "empty spec.version keeps the version recorded in status",
+			db:   newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) { db.Status.Version = "10.11" }),
+			want: func(m map[string]any) { m["version"] = "10.11" },
+		},
+		{
+			name: "limits only: requests follow the limits",
+			db: newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
+			}),
+			want: func(m map[string]any) {
+				m["resources"] = map[string]any{
+					"requests": map[string]any{"memory": "128Mi"},
+					"limits":   map[string]any{"memory": "128Mi"},
+				}
+			},
+		},
+		{
+			name: "quantities are canonical",
+			db: newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.5")}
+				db.Spec.Storage.Size = resource.MustParse("1024Mi")
+			}),
+			want: func(m map[string]any) {
+				m["resources"] = map[string]any{"requests": map[string]any{"cpu": "500m"}}
+				m["storage"] = map[string]any{"size": "1Gi"}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := base(string(tt.db.Spec.Engine), dbv1.DefaultVersion(tt.db.Spec.Engine))
+			tt.want(want)
+			got := chartValues(tt.db, tt.opts)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("chartValues:\n got %#v\nwant %#v", got, want)
+			}
+		})
+	}
+}
