@@ -1,0 +1,599 @@
+package processnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// podWorker runs one pod: its network namespace, volumes, init containers
+// in order, then its containers, each supervised (probes, restarts with
+// back-off) until the pod is deleted.
+type podWorker struct {
+	node  *Node
+	key   string
+	pod   *corev1.Pod // the spec as first seen (a pod's spec is immutable but for images)
+	dir   string
+	netns string
+	veth  string
+	ip    netip.Addr
+
+	mu        sync.Mutex
+	started   time.Time
+	setupErr  string // why the pod's sandbox could not be made
+	initDone  bool
+	ctrs      map[string]*ctrState
+	finished  bool // every container ended for good (restartPolicy Never/OnFailure)
+	statusDue chan struct{}
+
+	// Used by the volume refresh only (one goroutine).
+	tokens     map[string]saToken
+	refreshErr map[string]string
+}
+
+// ctrState is what the node knows of one container.
+type ctrState struct {
+	spec     corev1.Container
+	init     bool
+	image    Image
+	env      []string
+	restarts int32
+	starts   int // every start, for the log and run directory names
+	// createFailures counts failed attempts to create the container.
+	createFailures int32
+	pid            int
+	running        *corev1.ContainerStateRunning
+	waiting        *corev1.ContainerStateWaiting
+	term           *corev1.ContainerStateTerminated
+	last           *corev1.ContainerStateTerminated
+	started        bool // startup probe passed (or none)
+	ready          bool
+}
+
+func newPodWorker(n *Node, pod *corev1.Pod) *podWorker {
+	short := string(pod.UID)
+	if len(short) > 8 {
+		short = short[:8]
+	}
+	w := &podWorker{node: n, key: pod.Namespace + "/" + pod.Name, pod: pod.DeepCopy(),
+		dir:   filepath.Join(n.opts.Dir, "pods", string(pod.UID)),
+		netns: n.opts.NamePrefix + "-" + short, veth: n.opts.NamePrefix + short,
+		ctrs: map[string]*ctrState{}, statusDue: make(chan struct{}, 1),
+		tokens: map[string]saToken{}, refreshErr: map[string]string{}}
+	for _, c := range pod.Spec.InitContainers {
+		w.ctrs[c.Name] = &ctrState{spec: c, init: true, waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
+	}
+	for _, c := range pod.Spec.Containers {
+		w.ctrs[c.Name] = &ctrState{spec: c, waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+	}
+	return w
+}
+
+// changed asks for a status write.
+func (w *podWorker) changed() {
+	select {
+	case w.statusDue <- struct{}{}:
+	default:
+	}
+}
+
+// run sets up the pod and supervises its containers until ctx ends (the pod
+// was deleted or the node stops); then it stops them within the grace period.
+func (w *podWorker) run(ctx context.Context, stopped chan<- struct{}) {
+	defer close(stopped)
+	w.mu.Lock()
+	w.started = time.Now()
+	w.mu.Unlock()
+	statusCtx, stopStatus := context.WithCancel(context.Background())
+	statusDone := make(chan struct{})
+	go w.statusLoop(statusCtx, statusDone)
+	defer func() {
+		w.teardown()
+		w.changed()
+		stopStatus()
+		<-statusDone
+	}()
+	if err := w.setUp(ctx); err != nil {
+		w.mu.Lock()
+		w.setupErr = err.Error()
+		w.mu.Unlock()
+		w.node.log.Info("pod sandbox failed", "pod", w.key, "error", err.Error())
+		w.changed()
+		<-ctx.Done()
+		return
+	}
+	w.changed()
+	// A volume whose source is missing (a Secret not yet created) keeps the
+	// pod waiting, retried as the kubelet does.
+	volumes, err := w.volumeDirs(ctx)
+	for err != nil {
+		w.failAll("CreateContainerConfigError", err.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.node.opts.BackoffBase):
+		}
+		volumes, err = w.volumeDirs(ctx)
+	}
+	// From here on only this goroutine writes the projected volumes.
+	go func() {
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.node.opts.VolumeSyncPeriod):
+				w.refreshVolumes(ctx)
+			}
+		}
+	}()
+	for _, c := range w.pod.Spec.InitContainers {
+		if !w.runToCompletion(ctx, w.ctrs[c.Name], volumes) {
+			<-ctx.Done()
+			return
+		}
+	}
+	w.mu.Lock()
+	w.initDone = true
+	w.mu.Unlock()
+	w.changed()
+	var wg sync.WaitGroup
+	for _, c := range w.pod.Spec.Containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.supervise(ctx, w.ctrs[c.Name], volumes)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() == nil {
+		w.mu.Lock()
+		w.finished = true
+		w.mu.Unlock()
+		w.changed()
+		<-ctx.Done()
+	}
+}
+
+// setUp makes the pod's sandbox: directory, network namespace.
+func (w *podWorker) setUp(ctx context.Context) error {
+	if err := os.MkdirAll(w.dir, 0o755); err != nil {
+		return err
+	}
+	addr, err := w.node.net.allocate(w.key)
+	if err != nil {
+		return err
+	}
+	w.ip = addr
+	return w.node.net.attach(ctx, w.netns, w.veth, addr)
+}
+
+func (w *podWorker) teardown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w.node.net.detach(ctx, w.netns, w.veth)
+	w.node.net.release(w.key)
+}
+
+// failAll marks every container waiting with a reason (the pod cannot start).
+func (w *podWorker) failAll(reason, msg string) {
+	w.mu.Lock()
+	for _, c := range w.ctrs {
+		c.waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
+	}
+	w.mu.Unlock()
+	w.node.log.Info("pod cannot start", "pod", w.key, "reason", reason, "message", msg)
+	w.changed()
+}
+
+// restartAfter says whether a container that exited with code should run
+// again under the pod's restartPolicy (init containers: until success).
+func (w *podWorker) shouldRestart(c *ctrState, code int32) bool {
+	switch w.pod.Spec.RestartPolicy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	if c.init {
+		return code != 0
+	}
+	return true
+}
+
+// backoff is the kubelet's: base doubling per restart up to the cap, reset
+// once a container ran for ten minutes (here: ten caps).
+func (w *podWorker) backoff(restarts int32) time.Duration {
+	d := w.node.opts.BackoffBase
+	for i := int32(1); i < restarts && d < w.node.opts.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, w.node.opts.BackoffMax)
+}
+
+// runToCompletion runs an init container until it succeeds (restarting it
+// per policy); false when it failed for good or ctx ended.
+func (w *podWorker) runToCompletion(ctx context.Context, c *ctrState, volumes map[string]string) bool {
+	for ctx.Err() == nil {
+		code, ok := w.runOnce(ctx, c, volumes)
+		if !ok {
+			w.retryCreate(ctx, c)
+			continue
+		}
+		if code == 0 {
+			return true
+		}
+		if !w.shouldRestart(c, code) {
+			w.mu.Lock()
+			w.finished = true
+			w.mu.Unlock()
+			w.changed()
+			return false
+		}
+		w.waitBackoff(ctx, c)
+	}
+	return false
+}
+
+// supervise runs a regular container for the pod's lifetime.
+func (w *podWorker) supervise(ctx context.Context, c *ctrState, volumes map[string]string) {
+	for ctx.Err() == nil {
+		began := time.Now()
+		code, ok := w.runOnce(ctx, c, volumes)
+		if !ok {
+			w.retryCreate(ctx, c)
+			continue
+		}
+		if ctx.Err() != nil || !w.shouldRestart(c, code) {
+			return
+		}
+		if time.Since(began) > 10*w.node.opts.BackoffMax {
+			w.mu.Lock()
+			c.restarts = 0 // ran long enough: back-off starts over
+			w.mu.Unlock()
+		}
+		w.waitBackoff(ctx, c)
+	}
+}
+
+// retryCreate waits before trying again to create a container that could
+// not be created (its waiting reason says why), as the kubelet retries.
+func (w *podWorker) retryCreate(ctx context.Context, c *ctrState) {
+	w.mu.Lock()
+	c.createFailures++
+	d := w.backoff(c.createFailures)
+	w.mu.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (w *podWorker) waitBackoff(ctx context.Context, c *ctrState) {
+	w.mu.Lock()
+	d := w.backoff(c.restarts + 1)
+	c.waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+		Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", d, c.spec.Name, w.pod.Name)}
+	w.mu.Unlock()
+	w.changed()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// runOnce starts the container, runs its probes, and waits for it to end
+// (or for ctx, then stops it within the grace period). It returns the exit
+// code; ok is false when the container could not be started at all.
+func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string]string) (int32, bool) {
+	l, err := w.prepare(ctx, c, volumes)
+	if err != nil {
+		w.mu.Lock()
+		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+		w.mu.Unlock()
+		w.node.log.Info("container not started", "pod", w.key, "container", c.spec.Name, "error", err.Error())
+		w.changed()
+		return 0, false
+	}
+	cmd, logf, setupDone, err := l.cmd()
+	if err == nil {
+		err = cmd.Start()
+		l.closeAfterStart.Close()
+	}
+	if err != nil {
+		if logf != nil {
+			logf.Close()
+		}
+		w.mu.Lock()
+		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: err.Error()}
+		w.mu.Unlock()
+		w.changed()
+		return 0, false
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Running from the moment the container's own command is executed
+	// (after the namespaces and mounts are made).
+	var werr error
+	setupFailed := false
+	select {
+	case <-setupDone:
+	case werr = <-exited:
+		setupFailed = true
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		werr = <-exited
+		setupFailed = true
+	}
+	startedAt := metav1.Now()
+	if setupFailed {
+		logf.Close()
+		out, _ := os.ReadFile(l.logFile)
+		w.mu.Lock()
+		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError",
+			Message: fmt.Sprintf("setting up the container failed (%v): %s", werr, strings.TrimSpace(string(out)))}
+		w.mu.Unlock()
+		w.node.log.Info("container setup failed", "pod", w.key, "container", c.spec.Name, "error", c.waiting.Message)
+		w.changed()
+		return 0, false
+	}
+	w.mu.Lock()
+	c.pid = cmd.Process.Pid
+	c.running, c.waiting, c.term = &corev1.ContainerStateRunning{StartedAt: startedAt}, nil, nil
+	c.started = c.spec.StartupProbe == nil
+	c.ready = false
+	w.mu.Unlock()
+	w.node.log.Info("container started", "pod", w.key, "container", c.spec.Name, "pid", cmd.Process.Pid, "restarts", c.restarts)
+	w.changed()
+
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	killed := make(chan string, 1) // a failed liveness or startup probe
+	if !c.init {
+		go w.probe(probeCtx, c, killed)
+	}
+	reasonOverride := ""
+	select {
+	case werr = <-exited:
+	case why := <-killed:
+		reasonOverride = why
+		werr = w.stop(cmd, exited, c.spec.Name, w.graceFor(nil))
+	case <-ctx.Done():
+		werr = w.stop(cmd, exited, c.spec.Name, w.graceFor(w.node.deletionGrace(w.key)))
+	}
+	stopProbes()
+	logf.Close()
+	code := int32(0)
+	var exit *exec.ExitError
+	if errors.As(werr, &exit) {
+		if st, ok := exit.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+			code = 128 + int32(st.Signal())
+		} else {
+			code = int32(exit.ExitCode())
+		}
+	} else if werr != nil {
+		code = 128
+	}
+	reason := "Completed"
+	if code != 0 {
+		reason = "Error"
+	}
+	if reasonOverride != "" {
+		reason = reasonOverride
+	}
+	msg := w.terminationMessage(c, l)
+	w.mu.Lock()
+	c.term = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg, StartedAt: startedAt, FinishedAt: metav1.Now(),
+		ContainerID: fmt.Sprintf("process://%d", c.pid)}
+	c.last, c.running, c.ready, c.pid = c.term, nil, false, 0
+	if ctx.Err() == nil && w.shouldRestart(c, code) {
+		c.restarts++
+	}
+	w.mu.Unlock()
+	w.node.log.Info("container exited", "pod", w.key, "container", c.spec.Name, "exitCode", code, "reason", reason)
+	w.changed()
+	return code, true
+}
+
+// graceFor is the pod's termination grace period, or the deletion's own.
+func (w *podWorker) graceFor(deletion *int64) time.Duration {
+	if deletion != nil {
+		return time.Duration(*deletion) * time.Second
+	}
+	if g := w.pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// stop sends SIGTERM to the container's process group, then SIGKILL when
+// the grace period runs out.
+func (w *podWorker) stop(cmd *exec.Cmd, exited <-chan error, name string, grace time.Duration) error {
+	pgid := cmd.Process.Pid
+	w.node.log.Info("stopping container", "pod", w.key, "container", name, "grace", grace.String())
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		_ = syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group
+		return err
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	return <-exited
+}
+
+// terminationMessage reads what the container wrote to its termination
+// message path (at most 4 KiB), or the tail of its log when the policy
+// asks for it and the file is empty.
+func (w *podWorker) terminationMessage(c *ctrState, l *launch) string {
+	b, _ := os.ReadFile(filepath.Join(l.dir, "termination-log"))
+	if len(b) == 0 && c.spec.TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		b, _ = os.ReadFile(l.logFile)
+		if len(b) > 2048 {
+			b = b[len(b)-2048:]
+		}
+	}
+	if len(b) > 4096 {
+		b = b[:4096]
+	}
+	return string(b)
+}
+
+// logFile is where a container's output goes, one file per start; the one
+// before is what `kubectl logs --previous` shows.
+func (w *podWorker) logFile(name string, start int) string {
+	return filepath.Join(w.dir, "logs", name, fmt.Sprintf("%d.log", start))
+}
+
+// prepare resolves the image, environment, command and mounts of one start.
+func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string]string) (*launch, error) {
+	img, err := w.node.opts.Images.lookup(c.spec.Image)
+	if err != nil {
+		return nil, err
+	}
+	env, vars, err := w.environment(ctx, &c.spec, img)
+	if err != nil {
+		return nil, err
+	}
+	command := append(append([]string{}, c.spec.Command...), c.spec.Args...)
+	for i := range command {
+		command[i] = expand(command[i], vars)
+	}
+	if len(command) == 0 {
+		return nil, fmt.Errorf("container %s has no command: the process node runs only explicit commands", c.spec.Name)
+	}
+	c.starts++
+	run := filepath.Join(w.dir, "containers", c.spec.Name, fmt.Sprint(c.starts))
+	_ = os.RemoveAll(filepath.Join(w.dir, "containers", c.spec.Name, fmt.Sprint(c.starts-1))) // each start gets a fresh writable layer
+	l := &launch{dir: run, netns: w.netns, hostname: w.pod.Name, command: command, env: env,
+		workDir: c.spec.WorkingDir, tmpOnTmp: true, logFile: w.logFile(c.spec.Name, c.starts)}
+	l.uid, l.gid = w.runAs(c)
+	if sc := w.pod.Spec.SecurityContext; sc != nil {
+		if sc.FSGroup != nil {
+			l.groups = append(l.groups, *sc.FSGroup)
+		}
+		l.groups = append(l.groups, sc.SupplementalGroups...)
+	}
+	if nonRoot(w.pod, &c.spec) && (l.uid == nil || *l.uid == 0) {
+		return nil, fmt.Errorf("container has runAsNonRoot and image will run as root")
+	}
+	for _, m := range c.spec.VolumeMounts {
+		src, ok := volumes[m.Name]
+		if !ok {
+			return nil, fmt.Errorf("volume mount %s: the pod has no volume of that name", m.Name)
+		}
+		mt := mount{source: src, target: m.MountPath, readOnly: m.ReadOnly}
+		if m.SubPath != "" {
+			mt.source = filepath.Join(src, m.SubPath)
+			fi, err := os.Stat(mt.source)
+			if os.IsNotExist(err) {
+				if err := os.MkdirAll(mt.source, 0o755); err != nil {
+					return nil, err
+				}
+			} else if err != nil {
+				return nil, fmt.Errorf("volume mount %s subPath %s: %w", m.Name, m.SubPath, err)
+			} else {
+				mt.file = !fi.IsDir()
+			}
+		}
+		if m.MountPath == "/tmp" {
+			l.tmpOnTmp = false
+		}
+		l.mounts = append(l.mounts, mt)
+	}
+	// The termination log, a file of this start's own.
+	termPath := c.spec.TerminationMessagePath
+	if termPath == "" {
+		termPath = "/dev/termination-log"
+	}
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		return nil, err
+	}
+	term := filepath.Join(run, "termination-log")
+	if err := os.WriteFile(term, nil, 0o666); err != nil {
+		return nil, err
+	}
+	_ = os.Chmod(term, 0o666)
+	l.mounts = append(l.mounts, mount{source: term, target: termPath, file: true})
+	if err := writeImageFiles(filepath.Join(run, "upper"), img, w.pod.Name, w.ip); err != nil {
+		return nil, err
+	}
+	c.image, c.env = img, env
+	return l, nil
+}
+
+func nonRoot(pod *corev1.Pod, c *corev1.Container) bool {
+	if c.SecurityContext != nil && c.SecurityContext.RunAsNonRoot != nil {
+		return *c.SecurityContext.RunAsNonRoot
+	}
+	return pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsNonRoot != nil && *pod.Spec.SecurityContext.RunAsNonRoot
+}
+
+// writeImageFiles puts into the container's writable layer what the image
+// brings and the host lacks (its users, its files) and the pod's own
+// /etc/hosts and /etc/hostname.
+func writeImageFiles(upper string, img Image, hostname string, addr netip.Addr) error {
+	write := func(p string, content []byte, mode os.FileMode) error {
+		full := filepath.Join(upper, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(full, content, mode); err != nil {
+			return err
+		}
+		return os.Chmod(full, mode)
+	}
+	if len(img.Users) > 0 {
+		passwd, _ := os.ReadFile("/etc/passwd")
+		group, _ := os.ReadFile("/etc/group")
+		for _, u := range img.Users {
+			parts := strings.Split(u, ":")
+			if len(parts) != 4 {
+				return fmt.Errorf("image user %q: want name:uid:gid:home", u)
+			}
+			name, uid, gid, home := parts[0], parts[1], parts[2], parts[3]
+			passwd = removeEntries(passwd, name, uid, 2)
+			group = removeEntries(group, name, gid, 2)
+			passwd = append(passwd, []byte(fmt.Sprintf("%s:x:%s:%s::%s:/bin/sh\n", name, uid, gid, home))...)
+			group = append(group, []byte(fmt.Sprintf("%s:x:%s:\n", name, gid))...)
+		}
+		if err := write("etc/passwd", passwd, 0o644); err != nil {
+			return err
+		}
+		if err := write("etc/group", group, 0o644); err != nil {
+			return err
+		}
+	}
+	for p, f := range img.Files {
+		if err := write(strings.TrimPrefix(p, "/"), []byte(f.Content), f.Mode); err != nil {
+			return err
+		}
+	}
+	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", addr, hostname)
+	if err := write("etc/hosts", []byte(hosts), 0o644); err != nil {
+		return err
+	}
+	return write("etc/hostname", []byte(hostname+"\n"), 0o644)
+}
+
+// removeEntries drops the lines of a passwd or group file whose name
+// (field 0) or id (field idField) is taken by an image's own entry.
+func removeEntries(file []byte, name, id string, idField int) []byte {
+	var out []string
+	for _, line := range strings.Split(strings.TrimRight(string(file), "\n"), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) > idField && (f[0] == name || f[idField] == id) {
+			continue
+		}
+		out = append(out, line)
+	}
+	return []byte(strings.Join(out, "\n") + "\n")
+}
