@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // mount is one bind mount into a container's root filesystem.
@@ -65,7 +66,9 @@ func (l *launch) script() string {
 		w(`mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$R/tmp"`)
 	}
 	for _, m := range l.mounts {
-		t := `"$R"` + q(m.target)
+		// Resolved inside the root: /var/run is a link to /run, and a
+		// target through it must land in the container, not on the host.
+		t := `"$R$(/usr/sbin/chroot "$R" /usr/bin/realpath -m -- ` + q(m.target) + `)"`
 		if m.file {
 			w(`mkdir -p "$(dirname %s)"; [ -e %s ] || touch %s`, t, t, t)
 		} else {
@@ -167,5 +170,6 @@ func execIn(pid int, uid, gid *int64, env []string, command []string) *exec.Cmd 
 	cmd := exec.Command("nsenter", append(args, command...)...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = 2 * time.Second // a grandchild holding the output must not hang Wait
 	return cmd
 }

@@ -6,8 +6,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // network is the node's pod network: one bridge the node owns, with the
@@ -110,6 +113,21 @@ func (n *network) attach(ctx context.Context, ns, hostVeth string, addr netip.Ad
 
 // detach removes the pod's namespace and veth, whatever exists of them.
 func (n *network) detach(ctx context.Context, ns, hostVeth string) {
+	// Processes that left their container's group (setsid) are still in
+	// the namespace: none survives its pod.
+	for range 10 {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "pids", ns).Output()
+		pids := strings.Fields(string(out))
+		if err != nil || len(pids) == 0 {
+			break
+		}
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	_ = ip(ctx, "link", "del", hostVeth)
 	if _, err := os.Stat(nsPath(ns)); err == nil {
 		_ = ip(ctx, "netns", "del", ns)

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -235,7 +236,7 @@ func (n *Node) watchPods(ctx context.Context) {
 					o = d.Obj
 				}
 				if p, ok := o.(*corev1.Pod); ok {
-					n.stopPod(p.UID, false)
+					go n.forget(p.UID) // not on the informer's goroutine: it waits for the grace period
 				}
 			},
 		},
@@ -393,5 +394,30 @@ func (n *Node) Exec(namespace, pod, container string, command []string) ([]byte,
 		return nil, fmt.Errorf("container %s of pod %s/%s is not running", container, namespace, pod)
 	}
 	uid, gid := w.runAs(c)
-	return execIn(pid, uid, gid, env, command).CombinedOutput()
+	cmd := execIn(pid, uid, gid, env, command)
+	out := &limitedBuffer{max: 1 << 20}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	timer := time.AfterFunc(time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer timer.Stop()
+	err := cmd.Wait()
+	return out.b, err
+}
+
+// forget stops the worker of a pod that is gone (deleted with no grace, or
+// missed while deleting) and drops what the node kept of it.
+func (n *Node) forget(uid types.UID) {
+	n.stopPod(uid, false)
+	n.mu.Lock()
+	r, ok := n.workers[uid]
+	delete(n.workers, uid)
+	if ok {
+		delete(n.grace, r.w.key)
+	}
+	n.mu.Unlock()
+	if ok {
+		_ = os.RemoveAll(r.w.dir)
+	}
 }

@@ -118,7 +118,7 @@ func (w *podWorker) run(ctx context.Context, stopped chan<- struct{}) {
 	// pod waiting, retried as the kubelet does.
 	volumes, err := w.volumeDirs(ctx)
 	for err != nil {
-		w.failAll("CreateContainerConfigError", err.Error())
+		w.failAll("ContainerCreating", err.Error()) // as the kubelet: still creating, the mount failed
 		select {
 		case <-ctx.Done():
 			return
@@ -265,6 +265,12 @@ func (w *podWorker) supervise(ctx context.Context, c *ctrState, volumes map[stri
 	}
 }
 
+// backoffState is the waiting state of a container between restarts.
+func (w *podWorker) backoffState(c *ctrState) *corev1.ContainerStateWaiting {
+	return &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+		Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", w.backoff(c.restarts), c.spec.Name, w.pod.Name)}
+}
+
 // retryCreate waits before trying again to create a container that could
 // not be created (its waiting reason says why), as the kubelet retries.
 func (w *podWorker) retryCreate(ctx context.Context, c *ctrState) {
@@ -280,9 +286,8 @@ func (w *podWorker) retryCreate(ctx context.Context, c *ctrState) {
 
 func (w *podWorker) waitBackoff(ctx context.Context, c *ctrState) {
 	w.mu.Lock()
-	d := w.backoff(c.restarts + 1)
-	c.waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
-		Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", d, c.spec.Name, w.pod.Name)}
+	d := w.backoff(c.restarts)
+	c.waiting = w.backoffState(c)
 	w.mu.Unlock()
 	w.changed()
 	select {
@@ -370,6 +375,7 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 		werr = w.stop(cmd, exited, c.spec.Name, w.graceFor(w.node.deletionGrace(w.key)))
 	}
 	stopProbes()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left running in its group
 	logf.Close()
 	code := int32(0)
 	var exit *exec.ExitError
@@ -396,6 +402,7 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	c.last, c.running, c.ready, c.pid = c.term, nil, false, 0
 	if ctx.Err() == nil && w.shouldRestart(c, code) {
 		c.restarts++
+		c.waiting = w.backoffState(c) // published with the count: never a restart without its state
 	}
 	w.mu.Unlock()
 	w.node.log.Info("container exited", "pod", w.key, "container", c.spec.Name, "exitCode", code, "reason", reason)
@@ -526,7 +533,9 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	if err := writeImageFiles(filepath.Join(run, "upper"), img, w.pod.Name, w.ip); err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
 	c.image, c.env = img, env
+	w.mu.Unlock()
 	return l, nil
 }
 

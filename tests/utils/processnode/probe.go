@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -129,7 +130,7 @@ func (w *podWorker) runProbe(ctx context.Context, c *ctrState, p *corev1.Probe) 
 			}
 			return nil
 		case <-ctx.Done():
-			_ = cmd.Process.Kill()
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-done
 			return fmt.Errorf("probe timed out after %s", timeout)
 		}

@@ -14,8 +14,12 @@ import (
 // (after one last write).
 func (w *podWorker) statusLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
+	resync := time.NewTicker(10 * time.Second) // a write lost to a timeout is made again
+	defer resync.Stop()
 	for {
 		select {
+		case <-resync.C:
+			w.writeStatus()
 		case <-w.statusDue:
 			w.writeStatus()
 		case <-ctx.Done():
