@@ -336,16 +336,9 @@ func (n *Node) stopPod(uid types.UID, remove bool, pod ...*corev1.Pod) {
 // and stderr: of its current (or last) start, or with previous of the
 // start before, as `kubectl logs [--previous]` shows them.
 func (n *Node) Logs(namespace, pod, container string, previous bool) ([]byte, error) {
-	n.mu.Lock()
-	var w *podWorker
-	for _, r := range n.workers {
-		if r.w.key == namespace+"/"+pod {
-			w = r.w
-		}
-	}
-	n.mu.Unlock()
-	if w == nil {
-		return nil, fmt.Errorf("pod %s/%s does not run on node %s", namespace, pod, n.opts.Name)
+	w, err := n.worker(namespace, pod)
+	if err != nil {
+		return nil, err
 	}
 	entries, err := os.ReadDir(filepath.Join(w.dir, "logs", container))
 	if err != nil {
@@ -371,16 +364,9 @@ func (n *Node) Logs(namespace, pod, container string, previous bool) ([]byte, er
 // Exec runs a command in a running container (its namespaces, root, user
 // and environment) and returns its combined output, as `kubectl exec` does.
 func (n *Node) Exec(namespace, pod, container string, command []string) ([]byte, error) {
-	n.mu.Lock()
-	var w *podWorker
-	for _, r := range n.workers {
-		if r.w.key == namespace+"/"+pod {
-			w = r.w
-		}
-	}
-	n.mu.Unlock()
-	if w == nil {
-		return nil, fmt.Errorf("pod %s/%s does not run on node %s", namespace, pod, n.opts.Name)
+	w, err := n.worker(namespace, pod)
+	if err != nil {
+		return nil, err
 	}
 	w.mu.Lock()
 	c, ok := w.ctrs[container]
@@ -402,7 +388,7 @@ func (n *Node) Exec(namespace, pod, container string, command []string) ([]byte,
 	}
 	timer := time.AfterFunc(time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	defer timer.Stop()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	return out.b, err
 }
 
@@ -420,4 +406,22 @@ func (n *Node) forget(uid types.UID) {
 	if ok {
 		_ = os.RemoveAll(r.w.dir)
 	}
+}
+
+// worker finds the running worker of a pod by name (not one that stopped:
+// a StatefulSet's pod made again has the same name).
+func (n *Node) worker(namespace, pod string) (*podWorker, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range n.workers {
+		select {
+		case <-r.stopped:
+			continue
+		default:
+		}
+		if r.w.key == namespace+"/"+pod {
+			return r.w, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s does not run on node %s", namespace, pod, n.opts.Name)
 }
