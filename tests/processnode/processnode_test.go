@@ -328,7 +328,11 @@ func TestClaimOutlivesPod(t *testing.T) {
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w := newPod(t, "writer-1", spec(`trap 'echo stopped-by-term > /var/lib/data/stop; exit 0' TERM; echo kept > /var/lib/data/file; while true; do sleep 0.1; done`))
+	ws := spec(`trap 'echo stopped-by-term > /var/lib/data/stop; exit 0' TERM; echo kept > /var/lib/data/file; while true; do sleep 0.1; done`)
+	// Ready once the trap is set and the file written: deleting it earlier
+	// would stop the shell before it did either.
+	ws.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/var/lib/data/file"}}}, PeriodSeconds: 1}
+	w := newPod(t, "writer-1", ws)
 	w = waitPod(t, w, "Ready", 30*time.Second, ready)
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, w.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
