@@ -141,7 +141,7 @@ test-unit: ## Unit tests (no cluster).
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 30m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/localcluster/... ./tests/processnode/... -v 2>&1 | \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 30m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 FAILOVER_RUNS ?= 5

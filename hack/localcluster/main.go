@@ -4,6 +4,8 @@
 //	localcluster up   --bin-dir DIR --dir .local   # start in the background, return when ready
 //	localcluster down --dir .local                  # stop it and wait until it is gone
 //	localcluster serve --bin-dir DIR --dir .local   # run in the foreground until SIGTERM/SIGINT
+//	    --nodes auto|process|simulated                # real pods on a process node (root, Debian's
+//	                                                # PostgreSQL 15 / MariaDB 10.11) or kwok's simulated ones
 //	localcluster webhooks --dir .local --manifests config/webhook/manifests.yaml --webhook-addr 127.0.0.1:9443
 //	                                                # issue the webhook server's certificate from the
 //	                                                # cluster CA into .local/webhook-certs and register
@@ -39,17 +41,18 @@ func main() {
 	dir := fs.String("dir", ".local", "state directory: kubeconfig, logs, data, bin/ links")
 	crds := fs.String("crds", "", "directory of CRD manifests to install before the controller manager starts")
 	manifests := fs.String("manifests", "config/webhook/manifests.yaml", "webhooks: the generated webhook configurations")
+	nodes := fs.String("nodes", "auto", "up/serve: process (pods are real processes: needs root and the Debian database packages), simulated (kwok), or auto (process when possible)")
 	webhookAddr := fs.String("webhook-addr", "127.0.0.1:9443", "webhooks: where the operator's webhook server listens")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*binDir, *dir, *crds)
+		err = up(*binDir, *dir, *crds, *nodes)
 	case "down":
 		err = down(*dir)
 	case "serve":
-		err = serve(*binDir, *dir, *crds)
+		err = serve(*binDir, *dir, *crds, *nodes)
 	case "webhooks":
 		err = webhooks(*dir, *manifests, *webhookAddr)
 	default:
@@ -79,7 +82,7 @@ func running(dir string) int {
 
 // up starts `serve` detached (its own session, logging to dir/cluster.log)
 // and waits until it reports ready or dies.
-func up(binDir, dir, crds string) error {
+func up(binDir, dir, crds, nodes string) error {
 	if pid := running(dir); pid != 0 {
 		if _, err := os.Stat(readyFile(dir)); err == nil {
 			fmt.Printf("local cluster already running (pid %d); KUBECONFIG=%s\n", pid, filepath.Join(dir, "cluster", "kubeconfig"))
@@ -99,7 +102,7 @@ func up(binDir, dir, crds string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "serve", "--bin-dir", binDir, "--dir", dir, "--crds", crds)
+	cmd := exec.Command(self, "serve", "--bin-dir", binDir, "--dir", dir, "--crds", crds, "--nodes", nodes)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -142,7 +145,7 @@ func down(dir string) error {
 	return errors.New("local cluster did not stop within 30s")
 }
 
-func serve(binDir, dir, crds string) error {
+func serve(binDir, dir, crds, nodes string) error {
 	if binDir == "" {
 		return errors.New("--bin-dir (or LOCAL_CLUSTER_BIN) is required")
 	}
@@ -154,6 +157,7 @@ func serve(binDir, dir, crds string) error {
 	defer stop()
 	stateDir := filepath.Join(dir, "cluster")
 	_ = os.RemoveAll(stateDir) // a fresh cluster every time: no stale etcd or certificates
+	_ = os.RemoveAll(filepath.Join(dir, "node")) // nor the claims of the cluster before
 	if err := os.WriteFile(pidFile(dir), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return err
 	}
@@ -166,11 +170,26 @@ func serve(binDir, dir, crds string) error {
 		}
 		opts.CRDDirs = []string{abs}
 	}
+	real, why := realPods(nodes)
+	if nodes == "process" && !real {
+		return fmt.Errorf("--nodes=process: %s", why)
+	}
+	opts.NoSimulatedNodes = real
 	c, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer c.Stop()
+	if real {
+		n, err := startProcessNode(ctx, c, filepath.Join(dir, "node"))
+		if err != nil {
+			return err
+		}
+		defer n.Wait()
+		fmt.Printf("pods run as real processes on node %s (pod network %s, DNS at %s)\n", processNodeName, processNodeCIDR, n.IP())
+	} else {
+		fmt.Printf("pods are SIMULATED (kwok): no database server runs. %s\n", why)
+	}
 	if err := linkBinaries(binDir, filepath.Join(dir, "bin")); err != nil {
 		return err
 	}

@@ -118,6 +118,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		obs.failedPhase, obs.err = "Observe", err
 	}
 	r.BackupMetrics.restore(db, obs.lastBackup, obs.lastSuccessfulBackup)
+	r.verifyPrimary(ctx, db, obs)
 
 	st := computeStatus(db, obs)
 	result := ctrl.Result{}

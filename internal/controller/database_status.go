@@ -49,6 +49,9 @@ type observed struct {
 	restoring bool
 	restored  *metav1.Condition
 
+	// primaryCheck is what the primary's server said (verifyPrimary).
+	primaryCheck primaryCheck
+
 	failedPhase string // the reconcile phase that failed, if any
 	err         error  // what it failed with
 }
@@ -143,7 +146,7 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	switch {
 	case allReady:
 		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionTrue, ReasonAllInstancesReady,
-			fmt.Sprintf("%d/%d instances ready; primary %s serves writes", ready, desired, primary))
+			readyMessage(obs, ready, desired, primary))
 	case !primaryReady:
 		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonPrimaryNotReady,
 			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", primary, ready, desired))

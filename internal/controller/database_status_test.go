@@ -153,3 +153,25 @@ func TestComputeStatusStable(t *testing.T) {
 		t.Errorf("status changed on recompute:\n%+v\n%+v", db.Status, again)
 	}
 }
+
+// TestReadySaysServesWritesOnlyWhenChecked: a ready primary pod is not
+// proof of a server taking writes; only the server's own answer is.
+func TestReadySaysServesWritesOnlyWhenChecked(t *testing.T) {
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Spec.Replicas = 1 })
+	pods := []corev1.Pod{pod(db.Name+"-0", rolePrimary, true)}
+	for _, tc := range []struct {
+		check primaryCheck
+		want  string
+	}{
+		{primaryCheck{verified: true}, "1/1 instances ready; primary " + db.Name + "-0 serves writes"},
+		{primaryCheck{detail: "dial tcp 10.244.0.1:5432: connect: no route to host"},
+			"1/1 instances ready; primary " + db.Name + "-0: serving writes not verified (dial tcp 10.244.0.1:5432: connect: no route to host)"},
+		{primaryCheck{}, "1/1 instances ready; primary " + db.Name + "-0: serving writes not verified (not checked)"},
+	} {
+		st := computeStatus(db, &observed{pods: pods, podsListed: true, statefulSet: sts(1, 1, 1, true), primaryCheck: tc.check})
+		ready := meta.FindStatusCondition(st.Conditions, dbv1.ConditionReady)
+		if ready == nil || ready.Message != tc.want {
+			t.Errorf("check %+v: Ready %+v, want message %q", tc.check, ready, tc.want)
+		}
+	}
+}

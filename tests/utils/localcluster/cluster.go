@@ -44,6 +44,9 @@ type Options struct {
 	Dir string
 	// Nodes is the number of simulated nodes (default 3).
 	Nodes int
+	// NoSimulatedNodes starts no kwok and no simulated node or storage:
+	// the caller brings its own nodes (a process node) and storage class.
+	NoSimulatedNodes bool
 	// Timeout bounds the start (default 2 minutes).
 	Timeout time.Duration
 	// CRDDirs hold CRD manifests to install before the controller manager
@@ -211,23 +214,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 
-	// kwok: simulated nodes, pods and volume provisioning.
-	stages, err := c.writeStages(filepath.Join(opts.BinDir, "kwok-stages"), opts.KeepRunning)
-	if err != nil {
-		return c, err
-	}
-	if err := c.start("kwok", bin("kwok"), []string{
-		"--kubeconfig=" + kc, "--config=" + stages,
-		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
-	}, []string{"HOME=" + dir}); err != nil {
-		return c, err
-	}
-	if err := c.createNodesAndStorage(ctx, cs, opts.Nodes); err != nil {
-		return c, err
-	}
-	if err := waitFor(ctx, "nodes Ready", c.procs, nodesReady(cs, opts.Nodes)); err != nil {
-		return c, err
+	if !opts.NoSimulatedNodes {
+		if err := c.startSimulatedNodes(ctx, cs, opts, kc); err != nil {
+			return c, err
+		}
 	}
 	if err := waitFor(ctx, "default ServiceAccount", c.procs, func(ctx context.Context) error {
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
@@ -236,6 +226,27 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// startSimulatedNodes starts kwok with its simulated nodes, pods and volume
+// provisioning, and waits until the nodes are Ready.
+func (c *Cluster) startSimulatedNodes(ctx context.Context, cs kubernetes.Interface, opts Options, kc string) error {
+	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
+	stages, err := c.writeStages(filepath.Join(opts.BinDir, "kwok-stages"), opts.KeepRunning)
+	if err != nil {
+		return err
+	}
+	if err := c.start("kwok", bin("kwok"), []string{
+		"--kubeconfig=" + kc, "--config=" + stages,
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+	}, []string{"HOME=" + c.Dir}); err != nil {
+		return err
+	}
+	if err := c.createNodesAndStorage(ctx, cs, opts.Nodes); err != nil {
+		return err
+	}
+	return waitFor(ctx, "nodes Ready", c.procs, nodesReady(cs, opts.Nodes))
 }
 
 func (c *Cluster) start(name, bin string, args, env []string) error {

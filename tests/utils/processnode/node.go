@@ -73,7 +73,12 @@ type Options struct {
 	// VolumeSyncPeriod is how often ConfigMap and Secret volumes are
 	// refreshed (default 2 s).
 	VolumeSyncPeriod time.Duration
-	Log              logr.Logger
+	// StorageClass, when set, names a StorageClass the node creates and
+	// provisions claims of (a directory on this node each); with
+	// DefaultStorageClass it is the cluster's default.
+	StorageClass        string
+	DefaultStorageClass bool
+	Log                 logr.Logger
 }
 
 // Node runs the pods bound to it.
@@ -126,9 +131,20 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	if err := n.net.setUp(setupCtx); err != nil {
 		return nil, err
 	}
+	// Pods resolve the cluster's names at the node's address.
+	if _, err := startDNS(ctx, client, n.net.nodeIP, n.log); err != nil {
+		_ = n.net.tearDown(setupCtx)
+		return nil, err
+	}
 	if err := n.register(setupCtx); err != nil {
 		_ = n.net.tearDown(setupCtx)
 		return nil, err
+	}
+	if opts.StorageClass != "" {
+		if err := (&provisioner{n: n, class: opts.StorageClass}).start(ctx); err != nil {
+			_ = n.net.tearDown(setupCtx)
+			return nil, err
+		}
 	}
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); n.heartbeat(ctx) }()

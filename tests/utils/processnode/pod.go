@@ -480,7 +480,8 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	c.starts++
 	run := filepath.Join(w.dir, "containers", c.spec.Name, fmt.Sprint(c.starts))
 	_ = os.RemoveAll(filepath.Join(w.dir, "containers", c.spec.Name, fmt.Sprint(c.starts-1))) // each start gets a fresh writable layer
-	l := &launch{dir: run, netns: w.netns, hostname: w.pod.Name, command: command, env: env,
+	hostname, _ := podHostnames(w.pod)
+	l := &launch{dir: run, netns: w.netns, hostname: hostname, command: command, env: env,
 		workDir: c.spec.WorkingDir, tmpOnTmp: true, logFile: w.logFile(c.spec.Name, c.starts)}
 	l.uid, l.gid = w.runAs(c)
 	if sc := w.pod.Spec.SecurityContext; sc != nil {
@@ -530,7 +531,7 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	}
 	_ = os.Chmod(term, 0o666)
 	l.mounts = append(l.mounts, mount{source: term, target: termPath, file: true})
-	if err := writeImageFiles(filepath.Join(run, "upper"), img, w.pod.Name, w.ip); err != nil {
+	if err := writeImageFiles(filepath.Join(run, "upper"), img, w.etcFiles()); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
@@ -546,10 +547,28 @@ func nonRoot(pod *corev1.Pod, c *corev1.Container) bool {
 	return pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsNonRoot != nil && *pod.Spec.SecurityContext.RunAsNonRoot
 }
 
+// etcFiles are the files of /etc a kubelet writes for a pod: its hosts,
+// hostname and, under cluster DNS, resolv.conf.
+func (w *podWorker) etcFiles() map[string]string {
+	hostname, fqdn := podHostnames(w.pod)
+	names := hostname
+	if fqdn != "" {
+		names = fqdn + "\t" + hostname
+	}
+	files := map[string]string{
+		"etc/hosts":    fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", w.ip, names),
+		"etc/hostname": hostname + "\n",
+	}
+	if usesClusterDNS(w.pod) {
+		files["etc/resolv.conf"] = resolvConf(w.node.net.nodeIP, w.pod.Namespace)
+	}
+	return files
+}
+
 // writeImageFiles puts into the container's writable layer what the image
-// brings and the host lacks (its users, its files) and the pod's own
-// /etc/hosts and /etc/hostname.
-func writeImageFiles(upper string, img Image, hostname string, addr netip.Addr) error {
+// brings and the host lacks (its users, its files) and the pod's own files
+// of /etc (etcFiles).
+func writeImageFiles(upper string, img Image, etc map[string]string) error {
 	write := func(p string, content []byte, mode os.FileMode) error {
 		full := filepath.Join(upper, p)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
@@ -586,11 +605,12 @@ func writeImageFiles(upper string, img Image, hostname string, addr netip.Addr) 
 			return err
 		}
 	}
-	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", addr, hostname)
-	if err := write("etc/hosts", []byte(hosts), 0o644); err != nil {
-		return err
+	for p, content := range etc {
+		if err := write(p, []byte(content), 0o644); err != nil {
+			return err
+		}
 	}
-	return write("etc/hostname", []byte(hostname+"\n"), 0o644)
+	return nil
 }
 
 // removeEntries drops the lines of a passwd or group file whose name

@@ -33,7 +33,21 @@ func (w *podWorker) volumeDirs(ctx context.Context) (map[string]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("volume %s: claim %s: %w", v.Name, v.PersistentVolumeClaim.ClaimName, err)
 			}
-			dir = filepath.Join(w.node.opts.Dir, "claims", string(pvc.UID))
+			dir = w.node.claimPath(string(pvc.UID))
+			// A volume of the node's own provisioner, or any local or
+			// hostPath volume, is its path.
+			if pvc.Spec.VolumeName != "" {
+				pv, err := w.node.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+				if err != nil {
+					return nil, fmt.Errorf("volume %s: claim %s: %w", v.Name, v.PersistentVolumeClaim.ClaimName, err)
+				}
+				switch {
+				case pv.Spec.Local != nil:
+					dir = pv.Spec.Local.Path
+				case pv.Spec.HostPath != nil:
+					dir = pv.Spec.HostPath.Path
+				}
+			}
 		case v.EmptyDir != nil:
 		case v.HostPath != nil:
 			dirs[v.Name] = v.HostPath.Path

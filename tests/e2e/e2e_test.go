@@ -1,0 +1,360 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// TestPostgresOnRealPods: a two-instance PostgreSQL 15 Database comes up on
+// real servers started from the chart's pods; a client that resolves the
+// read-write Service through the cluster's DNS writes a row, and the row is
+// on the replica behind the read-only Service. The data is on the claims
+// (the chart's mount paths are what ran), and Ready says the primary serves
+// writes only because the operator asked its server.
+func TestPostgresOnRealPods(t *testing.T) {
+	db := createDatabase(t, "pg", dbv1.EnginePostgreSQL, "15", 2)
+	got := waitRunning(t, db, 2, 5*time.Minute)
+	checkReadyVerified(t, got)
+	user, password := credentials(t, db)
+
+	open := func(service string) *pgx.Conn {
+		t.Helper()
+		addr := resolveOne(t, service, db.Namespace)
+		cfg, err := pgx.ParseConfig("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = addr, 5432, user, password, "postgres"
+		cfg.ConnectTimeout = 5 * time.Second
+		c, err := pgx.ConnectConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("connecting to %s (%s): %v", service, addr, err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	ctx := context.Background()
+	rw := open(db.Name + "-rw")
+	for _, stmt := range []string{"CREATE TABLE orders (id serial PRIMARY KEY, note text)", "INSERT INTO orders (note) VALUES ('through -rw')"} {
+		if _, err := rw.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	ro := open(db.Name + "-ro")
+	eventually(t, 30*time.Second, "the row on the replica", func() string {
+		var note string
+		if err := ro.QueryRow(ctx, "SELECT note FROM orders").Scan(&note); err != nil {
+			return err.Error()
+		}
+		if note != "through -rw" {
+			return fmt.Sprintf("note %q", note)
+		}
+		return ""
+	})
+	var inRecovery bool
+	if err := ro.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || !inRecovery {
+		t.Errorf("-ro reached a server in recovery %v (%v): want the replica", inRecovery, err)
+	}
+	t.Run("a wrong environment variable name crash-loops", func(t *testing.T) {
+		log := brokenInstance(t, db, "broken-env", func(spec *corev1.PodSpec) {
+			for i, e := range spec.Containers[0].Env {
+				if e.Name == "POSTGRES_PASSWORD" {
+					spec.Containers[0].Env[i].Name = "POSTGRES_PASSWD"
+				}
+			}
+		})
+		if !strings.Contains(log, "POSTGRES_PASSWORD") {
+			t.Errorf("the log does not name the missing variable:\n%s", log)
+		}
+	})
+	t.Run("a wrong mount path crash-loops", func(t *testing.T) {
+		log := brokenInstance(t, db, "broken-mount", func(spec *corev1.PodSpec) {
+			for i, m := range spec.Containers[0].VolumeMounts {
+				if m.Name == "scripts" {
+					spec.Containers[0].VolumeMounts[i].MountPath = "/opt/elsewhere"
+				}
+			}
+		})
+		if !strings.Contains(log, "postgres-start.sh") {
+			t.Errorf("the log does not name the missing script:\n%s", log)
+		}
+	})
+	// The chart mounts the claim at /var/lib/postgresql/data and PGDATA is
+	// below it: the data directory must be on the claim, not in the
+	// container's own layer (which a restart throws away).
+	for _, pod := range []string{db.Name + "-0", db.Name + "-1"} {
+		claim := claimDir(t, db.Namespace, "data-"+pod)
+		if _, err := os.Stat(filepath.Join(claim, "pgdata", "PG_VERSION")); err != nil {
+			t.Errorf("%s: no PostgreSQL data on its claim (%s): %v", pod, claim, err)
+		}
+	}
+}
+
+// brokenInstance runs a copy of a Database's instance pod, changed by
+// mutate, and returns its state once it crash-loops, with its log: the pod
+// spec the chart renders is what runs, so a wrong name in it must fail.
+func brokenInstance(t *testing.T, db *dbv1.Database, name string, mutate func(*corev1.PodSpec)) string {
+	t.Helper()
+	ctx := context.Background()
+	sts, err := cs.AppsV1().StatefulSets(db.Namespace).Get(ctx, db.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := *sts.Spec.Template.Spec.DeepCopy()
+	// The claim template becomes a scratch volume: no instance's data is touched.
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+	mutate(&spec)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name}, Spec: spec}
+	if _, err := cs.CoreV1().Pods(db.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs.CoreV1().Pods(db.Namespace).Delete(ctx, name, metav1.DeleteOptions{}) }()
+	eventually(t, 2*time.Minute, name+" in CrashLoopBackOff", func() string {
+		p, err := cs.CoreV1().Pods(db.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if s := p.Status.ContainerStatuses; len(s) == 1 && s[0].State.Waiting != nil && s[0].State.Waiting.Reason == "CrashLoopBackOff" {
+			return ""
+		}
+		return fmt.Sprintf("statuses %+v", p.Status.ContainerStatuses)
+	})
+	log, err := node.Logs(db.Namespace, name, "database", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(log)
+}
+
+// TestMariaDBOnRealPods: the same for MariaDB 10.11, whose pods run the
+// image's entrypoint (the node's stand-in) with the chart's configuration
+// in /etc/mysql/conf.d.
+func TestMariaDBOnRealPods(t *testing.T) {
+	db := createDatabase(t, "maria", dbv1.EngineMariaDB, "10.11", 2)
+	got := waitRunning(t, db, 2, 5*time.Minute)
+	checkReadyVerified(t, got)
+	user, password := credentials(t, db)
+
+	open := func(service string) *sql.DB {
+		t.Helper()
+		cfg := mysql.NewConfig()
+		cfg.User, cfg.Passwd, cfg.Net = user, password, "tcp"
+		cfg.Addr = net.JoinHostPort(resolveOne(t, service, db.Namespace), "3306")
+		cfg.Timeout = 5 * time.Second
+		c, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetMaxOpenConns(1)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	rw := open(db.Name + "-rw")
+	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)",
+		"INSERT INTO shop.orders (note) VALUES ('through -rw')"} {
+		if _, err := rw.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	ro := open(db.Name + "-ro")
+	eventually(t, 30*time.Second, "the row on the replica", func() string {
+		var note string
+		if err := ro.QueryRow("SELECT note FROM shop.orders").Scan(&note); err != nil {
+			return err.Error()
+		}
+		if note != "through -rw" {
+			return fmt.Sprintf("note %q", note)
+		}
+		return ""
+	})
+	var readOnly int
+	if err := ro.QueryRow("SELECT @@read_only").Scan(&readOnly); err != nil || readOnly != 1 {
+		t.Errorf("-ro reached a server with read_only=%d (%v): want the read-only replica", readOnly, err)
+	}
+	for _, pod := range []string{db.Name + "-0", db.Name + "-1"} {
+		claim := claimDir(t, db.Namespace, "data-"+pod)
+		if _, err := os.Stat(filepath.Join(claim, "data", "mysql")); err != nil {
+			t.Errorf("%s: no MariaDB data on its claim (%s): %v", pod, claim, err)
+		}
+	}
+}
+
+// TestVersionWithoutServerFailsClearly: a Database asking for a version
+// this machine has no server for gets pods that say so in their status.
+func TestVersionWithoutServerFailsClearly(t *testing.T) {
+	db := createDatabase(t, "pg16", dbv1.EnginePostgreSQL, "16", 1)
+	pod := &corev1.Pod{}
+	eventually(t, 2*time.Minute, "the pod's waiting reason", func() string {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: db.Namespace, Name: db.Name + "-0"}, pod); err != nil {
+			return err.Error()
+		}
+		if s := pod.Status.ContainerStatuses; len(s) == 1 && s[0].State.Waiting != nil && s[0].State.Waiting.Reason == "CreateContainerConfigError" {
+			return ""
+		}
+		return fmt.Sprintf("container statuses %+v", pod.Status.ContainerStatuses)
+	})
+	msg := pod.Status.ContainerStatuses[0].State.Waiting.Message
+	for _, want := range []string{"postgres:16", "no local match", "postgres:15"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not say %q", msg, want)
+		}
+	}
+}
+
+func createDatabase(t *testing.T, name string, e dbv1.Engine, version string, replicas int32) *dbv1.Database {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(t.Name())}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	db := &dbv1.Database{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: name},
+		Spec: dbv1.DatabaseSpec{Engine: e, Version: version, Replicas: replicas,
+			Storage:        dbv1.StorageSpec{Size: resource.MustParse("1Gi")},
+			DeletionPolicy: dbv1.DeletionPolicyDelete},
+	}
+	if err := k8s.Create(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logPods(t, ns.Name) })
+	return db
+}
+
+// logPods puts the pods' states and logs into a failed test's output.
+func logPods(t *testing.T, ns string) {
+	if !t.Failed() {
+		return
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("pod %s: phase %s, node %q, statuses %+v", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses)
+		for _, c := range p.Spec.Containers {
+			if log, err := node.Logs(p.Namespace, p.Name, c.Name, false); err == nil {
+				t.Logf("--- %s/%s log:\n%s", p.Name, c.Name, tail(string(log), 3000))
+			}
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+func waitRunning(t *testing.T, db *dbv1.Database, replicas int32, timeout time.Duration) *dbv1.Database {
+	t.Helper()
+	got := &dbv1.Database{}
+	eventually(t, timeout, fmt.Sprintf("%s Running with %d ready", db.Name, replicas), func() string {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		if got.Status.Phase != dbv1.PhaseRunning || got.Status.ReadyReplicas != replicas {
+			return fmt.Sprintf("phase %q, %d ready, conditions %+v", got.Status.Phase, got.Status.ReadyReplicas, got.Status.Conditions)
+		}
+		return ""
+	})
+	return got
+}
+
+// checkReadyVerified: the operator asked the primary's server, and said so.
+func checkReadyVerified(t *testing.T, db *dbv1.Database) {
+	t.Helper()
+	eventually(t, 30*time.Second, "Ready saying the primary serves writes", func() string {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), db); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionReady)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.HasSuffix(c.Message, "primary "+db.Status.CurrentPrimary+" serves writes") {
+			return fmt.Sprintf("Ready %+v", c)
+		}
+		return ""
+	})
+}
+
+func credentials(t *testing.T, db *dbv1.Database) (user, password string) {
+	t.Helper()
+	s, err := cs.CoreV1().Secrets(db.Namespace).Get(context.Background(), db.Name+"-credentials", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(s.Data["username"]), string(s.Data["password"])
+}
+
+// resolveOne resolves a Service's name through the node's DNS, as a pod
+// would, and returns its one address.
+func resolveOne(t *testing.T, service, ns string) string {
+	t.Helper()
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(node.IP().String(), "53"))
+	}}
+	name := fmt.Sprintf("%s.%s.svc.cluster.local", service, ns)
+	var addrs []string
+	eventually(t, 30*time.Second, "one address for "+name, func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var err error
+		if addrs, err = r.LookupHost(ctx, name); err != nil {
+			return err.Error()
+		}
+		if len(addrs) != 1 {
+			return fmt.Sprintf("addresses %v", addrs)
+		}
+		return ""
+	})
+	return addrs[0]
+}
+
+// claimDir is where the node keeps a claim's data.
+func claimDir(t *testing.T, ns, claim string) string {
+	t.Helper()
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := cs.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.Local == nil {
+		t.Fatalf("volume %s of %s is not the node's", pv.Name, claim)
+	}
+	return pv.Spec.Local.Path
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+}
