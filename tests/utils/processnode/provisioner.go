@@ -19,9 +19,14 @@ import (
 // Provisioner is the provisioner name of the node's StorageClass.
 const Provisioner = "processnode.example.com/hostpath"
 
+// selectedNode is the annotation the scheduler puts on a claim of a
+// WaitForFirstConsumer class once it has chosen the node of its first pod.
+const selectedNode = "volume.kubernetes.io/selected-node"
+
 // provisioner is a dynamic provisioner for the node's StorageClass, as an
 // external provisioner works: for each pending claim of the class it makes a
-// PersistentVolume whose claimRef names the claim (the PV controller binds the
+// PersistentVolume whose claimRef names the claim, once the scheduler has
+// placed the claim's first pod on this node (the PV controller binds the
 // two), backed by a directory of the node; when a claim is deleted and its
 // volume's reclaim policy is Delete, it deletes the volume and its directory.
 // The volume is bound once, so nothing ever reports a lost claim.
@@ -35,10 +40,12 @@ func (n *Node) claimPath(uid string) string { return filepath.Join(n.opts.Dir, "
 
 func (p *provisioner) start(ctx context.Context) error {
 	sc := &storagev1.StorageClass{
-		ObjectMeta:           metav1.ObjectMeta{Name: p.class},
-		Provisioner:          Provisioner,
-		ReclaimPolicy:        ptr.To(corev1.PersistentVolumeReclaimDelete),
-		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+		ObjectMeta:    metav1.ObjectMeta{Name: p.class},
+		Provisioner:   Provisioner,
+		ReclaimPolicy: ptr.To(corev1.PersistentVolumeReclaimDelete),
+		// The scheduler picks the node first and names it on the claim:
+		// a pod never waits on a claim that is not bound yet.
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
 		AllowVolumeExpansion: ptr.To(true),
 	}
 	if p.n.opts.DefaultStorageClass {
@@ -68,7 +75,8 @@ func (p *provisioner) provision(ctx context.Context, pvc *corev1.PersistentVolum
 	if class == "" && p.n.opts.DefaultStorageClass {
 		class = p.class // the admission plugin fills it in; an old claim may lack it
 	}
-	if class != p.class || pvc.Spec.VolumeName != "" || pvc.Status.Phase != corev1.ClaimPending || !pvc.DeletionTimestamp.IsZero() {
+	if class != p.class || pvc.Spec.VolumeName != "" || pvc.Status.Phase != corev1.ClaimPending || !pvc.DeletionTimestamp.IsZero() ||
+		pvc.Annotations[selectedNode] != p.n.opts.Name {
 		return
 	}
 	path := p.n.claimPath(string(pvc.UID))
