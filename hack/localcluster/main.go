@@ -156,7 +156,7 @@ func serve(binDir, dir, crds, nodes string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	stateDir := filepath.Join(dir, "cluster")
-	_ = os.RemoveAll(stateDir) // a fresh cluster every time: no stale etcd or certificates
+	_ = os.RemoveAll(stateDir)                   // a fresh cluster every time: no stale etcd or certificates
 	_ = os.RemoveAll(filepath.Join(dir, "node")) // nor the claims of the cluster before
 	if err := os.WriteFile(pidFile(dir), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return err

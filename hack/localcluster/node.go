@@ -54,8 +54,13 @@ func startProcessNode(ctx context.Context, c *localcluster.Cluster, dir string) 
 	if err != nil {
 		return nil, err
 	}
+	ca, err := c.CACert()
+	if err != nil {
+		return nil, err
+	}
 	return processnode.Start(ctx, cs, processnode.Options{
-		Name: processNodeName, Dir: dir, Bridge: "dbop-run0", NamePrefix: "run", PodCIDR: processNodeCIDR,
+		KubeletClientCA: ca,
+		Name:            processNodeName, Dir: dir, Bridge: "dbop-run0", NamePrefix: "run", PodCIDR: processNodeCIDR,
 		Images:       processnode.DatabaseImages(),
 		StorageClass: "process-node", DefaultStorageClass: true,
 		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(logf, prefix, args) }, funcr.Options{}),

@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,6 +78,7 @@ func TestPostgresOnRealPods(t *testing.T) {
 	if err := ro.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || !inRecovery {
 		t.Errorf("-ro reached a server in recovery %v (%v): want the replica", inRecovery, err)
 	}
+	t.Run("kubectl logs, exec and port-forward", func(t *testing.T) { kubectlReachesPod(t, db, user, password) })
 	t.Run("a wrong environment variable name crash-loops", func(t *testing.T) {
 		log := brokenInstance(t, db, "broken-env", func(spec *corev1.PodSpec) {
 			for i, e := range spec.Containers[0].Env {
@@ -105,6 +111,77 @@ func TestPostgresOnRealPods(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(claim, "pgdata", "PG_VERSION")); err != nil {
 			t.Errorf("%s: no PostgreSQL data on its claim (%s): %v", pod, claim, err)
 		}
+	}
+}
+
+// kubectlReachesPod: kubectl reaches an instance through the API server and
+// the node's kubelet API, as it would in a cluster.
+func kubectlReachesPod(t *testing.T, db *dbv1.Database, user, password string) {
+	pod := db.Name + "-0"
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig, "-n", db.Namespace}, args...)...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("kubectl %v: %v", args, err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	if out, code := run("logs", pod); code != 0 || !strings.Contains(out, "database system is ready to accept connections") {
+		t.Errorf("kubectl logs: exit %d:\n%s", code, out)
+	}
+	if out, code := run("logs", pod, "--tail=1"); code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("kubectl logs --tail=1: exit %d, want one line:\n%s", code, out)
+	}
+	// Anyone else on the pod network (a pod, say) is refused: only the API
+	// server's client certificate opens the kubelet API.
+	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if resp, err := anon.Get(fmt.Sprintf("https://%s/containerLogs/%s/%s/database", net.JoinHostPort(node.IP().String(), "10250"), db.Namespace, pod)); err == nil {
+		resp.Body.Close()
+		t.Errorf("the kubelet API answered a client without a certificate: %s", resp.Status)
+	}
+	// In the container: its user, its environment, its socket.
+	out, code := run("exec", pod, "--", "sh", "-c", `id -u; psql -U "$POSTGRES_USER" -d postgres -Atc 'SELECT count(*) FROM orders'`)
+	if code != 0 || strings.Fields(out)[0] != "999" || !strings.Contains(out, "\n1\n") {
+		t.Errorf("kubectl exec: exit %d, want uid 999 and 1 row:\n%s", code, out)
+	}
+	if out, code := run("exec", pod, "--", "sh", "-c", "exit 3"); code != 3 {
+		t.Errorf("kubectl exec of a command exiting 3: exit %d:\n%s", code, out)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pf := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "-n", db.Namespace, "port-forward", "pod/"+pod, ":5432")
+	stdout, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = pf.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	var local int
+	if _, serr := fmt.Sscanf(line, "Forwarding from 127.0.0.1:%d -> 5432", &local); err != nil || serr != nil {
+		t.Fatalf("kubectl port-forward said %q (%v, %v)", line, err, serr)
+	}
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(local), user, password, "postgres"
+	cfg.ConnectTimeout = 10 * time.Second
+	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connecting through kubectl port-forward: %v", err)
+	}
+	defer c.Close(context.Background())
+	var n int
+	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM orders").Scan(&n); err != nil || n != 1 {
+		t.Errorf("through port-forward: %d rows (%v), want 1", n, err)
 	}
 }
 

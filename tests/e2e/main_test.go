@@ -30,6 +30,9 @@ import (
 const nodeName = "process-node-0"
 
 var (
+	// kubectl and kubeconfig run kubectl against the cluster, as a user would.
+	kubectl, kubeconfig string
+
 	k8s  client.Client
 	cs   kubernetes.Interface
 	node *processnode.Node
@@ -64,6 +67,13 @@ func run(m *testing.M) int {
 	}
 	defer c.Stop()
 	cs = kubernetes.NewForConfigOrDie(c.Config)
+	kubeconfig = c.Kubeconfig
+	kubectl = filepath.Join(bin, "kubectl")
+	ca, err := c.CACert()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	nodeLog, _ := os.Create(filepath.Join(dir, "node.log"))
 	node, err = processnode.Start(ctx, cs, processnode.Options{
 		Name: nodeName, Dir: filepath.Join(dir, "node"), Bridge: "dbop-e2e0", NamePrefix: "e2e",
@@ -72,7 +82,8 @@ func run(m *testing.M) int {
 		// Restarts and probes as a kubelet's, but not slower than a test needs.
 		BackoffBase: time.Second, BackoffMax: 10 * time.Second, ProbePeriod: 2 * time.Second,
 		StorageClass: "process-node", DefaultStorageClass: true,
-		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(nodeLog, prefix, args) }, funcr.Options{}),
+		KubeletClientCA: ca,
+		Log:             funcr.New(func(prefix, args string) { fmt.Fprintln(nodeLog, prefix, args) }, funcr.Options{}),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting process node:", err)

@@ -158,6 +158,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p("front-proxy-client.crt"), "--proxy-client-key-file=" + p("front-proxy-client.key"),
+		// kubectl logs, exec and port-forward reach a node's kubelet API at
+		// its address (a process node's has no resolvable host name), as
+		// the cluster's admin.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + p("admin.crt"), "--kubelet-client-key=" + p("admin.key"),
 		"--v=0",
 	}, nil); err != nil {
 		return c, err

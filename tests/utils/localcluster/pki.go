@@ -194,6 +194,10 @@ func generatePKI(dir string) (*pki, error) {
 	return &pki{dir: dir, ca: ca}, nil
 }
 
+// CACert is the cluster CA's certificate (PEM): what a node's kubelet API
+// trusts the API server's client certificate by.
+func (c *Cluster) CACert() ([]byte, error) { return os.ReadFile(c.pki.path("ca.crt")) }
+
 // Issue issues a certificate signed by the cluster CA into dir, for
 // components that need one later (a webhook server, say). It returns the
 // certificate and key paths.

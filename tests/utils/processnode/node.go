@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -76,6 +77,11 @@ type Options struct {
 	// StorageClass, when set, names a StorageClass the node creates and
 	// provisions claims of (a directory on this node each); with
 	// DefaultStorageClass it is the cluster's default.
+	// KubeletPort is where the kubelet API is served on the node's address
+	// (default DefaultKubeletPort); KubeletClientCA, when set, is the CA
+	// (PEM) whose client certificates it accepts: the API server's.
+	KubeletPort         int
+	KubeletClientCA     []byte
 	StorageClass        string
 	DefaultStorageClass bool
 	Log                 logr.Logger
@@ -115,6 +121,9 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	if opts.BackoffMax == 0 {
 		opts.BackoffMax = 5 * time.Minute
 	}
+	if opts.KubeletPort == 0 {
+		opts.KubeletPort = DefaultKubeletPort
+	}
 	if opts.VolumeSyncPeriod == 0 {
 		opts.VolumeSyncPeriod = 2 * time.Second
 	}
@@ -133,6 +142,10 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	}
 	// Pods resolve the cluster's names at the node's address.
 	if _, err := startDNS(ctx, client, n.net.nodeIP, n.log); err != nil {
+		_ = n.net.tearDown(setupCtx)
+		return nil, err
+	}
+	if err := n.serveKubelet(ctx); err != nil {
 		_ = n.net.tearDown(setupCtx)
 		return nil, err
 	}
@@ -199,8 +212,9 @@ func (n *Node) nodeStatus() corev1.NodeStatus {
 		Capacity: capacity, Allocatable: capacity,
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "ProcessNodeReady",
 			Message: "the process node runs pods as processes", LastHeartbeatTime: now, LastTransitionTime: now}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.net.nodeIP.String()}, {Type: corev1.NodeHostName, Address: n.opts.Name}},
-		NodeInfo:  corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "process-node", ContainerRuntimeVersion: "process-node://1"},
+		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.net.nodeIP.String()}, {Type: corev1.NodeHostName, Address: n.opts.Name}},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(n.opts.KubeletPort)}},
+		NodeInfo:        corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "process-node", ContainerRuntimeVersion: "process-node://1"},
 	}
 }
 
@@ -352,13 +366,23 @@ func (n *Node) stopPod(uid types.UID, remove bool, pod ...*corev1.Pod) {
 // and stderr: of its current (or last) start, or with previous of the
 // start before, as `kubectl logs [--previous]` shows them.
 func (n *Node) Logs(namespace, pod, container string, previous bool) ([]byte, error) {
-	w, err := n.worker(namespace, pod)
+	path, _, err := n.logPath(namespace, pod, container, previous)
 	if err != nil {
 		return nil, err
 	}
+	return os.ReadFile(path)
+}
+
+// logPath is the log file of a container's current (or last) start, or
+// with previous of the start before, and its worker.
+func (n *Node) logPath(namespace, pod, container string, previous bool) (string, *podWorker, error) {
+	w, err := n.worker(namespace, pod)
+	if err != nil {
+		return "", nil, err
+	}
 	entries, err := os.ReadDir(filepath.Join(w.dir, "logs", container))
 	if err != nil {
-		return nil, fmt.Errorf("container %s of pod %s/%s has not started", container, namespace, pod)
+		return "", nil, fmt.Errorf("container %s of pod %s/%s has not started", container, namespace, pod)
 	}
 	var starts []int
 	for _, e := range entries {
@@ -372,17 +396,38 @@ func (n *Node) Logs(namespace, pod, container string, previous bool) ([]byte, er
 		i = 1
 	}
 	if len(starts) <= i {
-		return nil, fmt.Errorf("previous terminated container %s of pod %s/%s not found", container, namespace, pod)
+		return "", nil, fmt.Errorf("previous terminated container %s of pod %s/%s not found", container, namespace, pod)
 	}
-	return os.ReadFile(filepath.Join(w.dir, "logs", container, fmt.Sprintf("%d.log", starts[i])))
+	return w.logFile(container, starts[i]), w, nil
 }
 
 // Exec runs a command in a running container (its namespaces, root, user
 // and environment) and returns its combined output, as `kubectl exec` does.
 func (n *Node) Exec(namespace, pod, container string, command []string) ([]byte, error) {
+	cmd, err := n.execCommand(namespace, pod, container, command)
+	if err != nil {
+		return nil, err
+	}
+	out := &limitedBuffer{max: 1 << 20}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	timer := time.AfterFunc(time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer timer.Stop()
+	err = cmd.Wait()
+	return out.b, err
+}
+
+// execCommand is a command to run in a running container: its namespaces,
+// root, user and environment.
+func (n *Node) execCommand(namespace, pod, container string, command []string) (*exec.Cmd, error) {
 	w, err := n.worker(namespace, pod)
 	if err != nil {
 		return nil, err
+	}
+	if len(command) == 0 {
+		return nil, errors.New("no command to run")
 	}
 	w.mu.Lock()
 	c, ok := w.ctrs[container]
@@ -396,16 +441,7 @@ func (n *Node) Exec(namespace, pod, container string, command []string) ([]byte,
 		return nil, fmt.Errorf("container %s of pod %s/%s is not running", container, namespace, pod)
 	}
 	uid, gid := w.runAs(c)
-	cmd := execIn(pid, uid, gid, env, command)
-	out := &limitedBuffer{max: 1 << 20}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	timer := time.AfterFunc(time.Minute, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	defer timer.Stop()
-	err = cmd.Wait()
-	return out.b, err
+	return execIn(pid, uid, gid, env, command), nil
 }
 
 // forget stops the worker of a pod that is gone (deleted with no grace, or
