@@ -283,6 +283,28 @@ func TestRestartPolicyNever(t *testing.T) {
 	}
 }
 
+// TestMemoryLimit: a container that goes over its memory limit is killed
+// by the kernel and reported OOMKilled; one under it runs to completion
+// with the limit in place.
+func TestMemoryLimit(t *testing.T) {
+	limits := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}
+	// 200 MB held in a shell variable: one process (head's buffer is small).
+	greedy := newPod(t, "greedy", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "main", Image: "debian:12", Resources: limits,
+			Command: []string{"sh", "-c", `x="$(head -c 200000000 /dev/urandom)"; echo survived`}}}})
+	p := waitPod(t, greedy, "Failed", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if s := p.Status.ContainerStatuses[0].State.Terminated; s == nil || s.Reason != "OOMKilled" || s.ExitCode != 137 {
+		t.Fatalf("over its limit: %+v, want OOMKilled with exit code 137", s)
+	}
+	modest := newPod(t, "modest", corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		Containers: []corev1.Container{{Name: "main", Image: "debian:12", Resources: limits,
+			Command: []string{"sh", "-c", `x="$(head -c 1000000 /dev/urandom)"; echo survived`}}}})
+	waitPod(t, modest, "Succeeded", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	if out := logs(t, modest, "main", false); !strings.Contains(out, "survived") {
+		t.Fatalf("under its limit: log %q", out)
+	}
+}
+
 // TestLivenessProbeRestarts: a container whose liveness probe fails is
 // killed and started again.
 func TestLivenessProbeRestarts(t *testing.T) {

@@ -31,6 +31,7 @@ type launch struct {
 	mounts   []mount
 	tmpOnTmp bool // /tmp is not a volume: give it a tmpfs of its own
 	logFile  string
+	memory   *memoryCgroup // the memory limit's cgroup, joined first
 
 	closeAfterStart *os.File
 }
@@ -50,6 +51,9 @@ func (l *launch) script() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("set -e")
+	if l.memory != nil {
+		w("echo $$ > %s", q(l.memory.procs()))
+	}
 	w("echo %s > /proc/sys/kernel/hostname", q(l.hostname))
 	w("mount -t overlay overlay -o lowerdir=/,upperdir=%s,workdir=%s %s", q(filepath.Join(l.dir, "upper")), q(filepath.Join(l.dir, "work")), q(root))
 	w("R=%s", q(root))

@@ -309,6 +309,9 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 		w.changed()
 		return 0, false
 	}
+	if l.memory != nil {
+		defer l.memory.remove()
+	}
 	cmd, logf, setupDone, err := l.cmd()
 	if err == nil {
 		err = cmd.Start()
@@ -391,6 +394,9 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	reason := "Completed"
 	if code != 0 {
 		reason = "Error"
+	}
+	if l.memory != nil && l.memory.oomKilled() {
+		reason = "OOMKilled"
 	}
 	if reasonOverride != "" {
 		reason = reasonOverride
@@ -532,6 +538,10 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	_ = os.Chmod(term, 0o666)
 	l.mounts = append(l.mounts, mount{source: term, target: termPath, file: true})
 	if err := writeImageFiles(filepath.Join(run, "upper"), img, w.etcFiles()); err != nil {
+		return nil, err
+	}
+	// Last: nothing after it can fail and leave the cgroup behind.
+	if l.memory, err = w.newMemoryCgroup(&c.spec, c.starts); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
