@@ -61,7 +61,7 @@ func TestBadBundlesFail(t *testing.T) {
 	for _, tc := range []struct {
 		test, from, to, want string
 	}{
-		{"samples-valid", `"version": "17"`, `"version": "99"`, "not supported"},
+		{"samples-valid", `"version": "15"`, `"version": "99"`, "not supported"},
 		{"samples-valid", `"replicas": 3`, `"replicas": 11`, "replicas"},
 		{"samples-valid", `"schedule": "0 3 * * *"`, `"schedule": "0 25 * * *"`, "not a valid cron expression"},
 		{"samples-valid", `"kind": "Backup"`, `"kind": "Snapshot"`, "which no CRD of the bundle serves"},
