@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"example.com/database-operator/tests/utils/localcluster"
+	"example.com/database-operator/tests/utils/processnode"
 )
 
 func main() {
@@ -175,6 +176,9 @@ func serve(binDir, dir, crds, nodes string) error {
 		return fmt.Errorf("--nodes=process: %s", why)
 	}
 	opts.NoSimulatedNodes = real
+	if real {
+		opts.APIServerAddresses = []string{processnode.NodeAddress(processNodeCIDR).String()}
+	}
 	c, err := localcluster.Start(ctx, opts)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/client-go/kubernetes"
@@ -59,8 +60,8 @@ func startProcessNode(ctx context.Context, c *localcluster.Cluster, dir string) 
 		return nil, err
 	}
 	return processnode.Start(ctx, cs, processnode.Options{
-		KubeletClientCA: ca,
-		Name:            processNodeName, Dir: dir, Bridge: "dbop-run0", NamePrefix: "run", PodCIDR: processNodeCIDR,
+		KubeletClientCA: ca, APIServer: strings.TrimPrefix(c.Config.Host, "https://"),
+		Name: processNodeName, Dir: dir, Bridge: "dbop-run0", NamePrefix: "run", PodCIDR: processNodeCIDR,
 		Images:       processnode.DatabaseImages(),
 		StorageClass: "process-node", DefaultStorageClass: true,
 		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(logf, prefix, args) }, funcr.Options{}),

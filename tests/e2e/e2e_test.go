@@ -297,6 +297,51 @@ func TestVersionWithoutServerFailsClearly(t *testing.T) {
 	}
 }
 
+// TestPodsReachTheAPIServer: a pod reaches the API server where the
+// kubelet's environment says (KUBERNETES_SERVICE_HOST and _PORT), trusts
+// it by its service account's CA and is known by its token.
+func TestPodsReachTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "testpodsreachtheapiserver"}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+	t.Cleanup(func() { logPods(t, ns.Name) })
+	const sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "client"}, Spec: corev1.PodSpec{
+		RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: ptr.To[int64](2),
+		Containers: []corev1.Container{{Name: "database", Image: "postgres:15", Command: []string{"sh", "-c",
+			`curl -sS --cacert ` + sa + `/ca.crt -H "Authorization: Bearer $(cat ` + sa + `/token)" ` +
+				`"https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat ` + sa + `/namespace)/pods/client"`}}},
+	}}
+	// The default ServiceAccount may be a moment behind the namespace.
+	eventually(t, 30*time.Second, "the pod created", func() string {
+		if err := k8s.Create(ctx, pod); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	eventually(t, time.Minute, "the pod done", func() string {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err.Error()
+		}
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			return string(pod.Status.Phase)
+		}
+		return ""
+	})
+	log, err := node.Logs(ns.Name, "client", "database", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Authenticated as its service account, which may not read pods: a
+	// Forbidden that names it proves the API server knew the token.
+	if !strings.Contains(string(log), `system:serviceaccount:testpodsreachtheapiserver:default`) {
+		t.Errorf("the pod did not reach the API server as its service account:\n%s", log)
+	}
+}
+
 func createDatabase(t *testing.T, name string, e dbv1.Engine, version string, replicas int32) *dbv1.Database {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(t.Name())}}

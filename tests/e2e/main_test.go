@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,8 +60,10 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	podCIDR := netip.MustParsePrefix("10.252.0.0/24")
 	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: filepath.Join(dir, "cluster"),
-		CRDDirs: []string{"../../config/crd/bases"}, NoSimulatedNodes: true})
+		CRDDirs: []string{"../../config/crd/bases"}, NoSimulatedNodes: true,
+		APIServerAddresses: []string{processnode.NodeAddress(podCIDR).String()}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
 		return 1
@@ -77,8 +80,8 @@ func run(m *testing.M) int {
 	nodeLog, _ := os.Create(filepath.Join(dir, "node.log"))
 	node, err = processnode.Start(ctx, cs, processnode.Options{
 		Name: nodeName, Dir: filepath.Join(dir, "node"), Bridge: "dbop-e2e0", NamePrefix: "e2e",
-		PodCIDR: netip.MustParsePrefix("10.252.0.0/24"),
-		Images:  processnode.DatabaseImages(),
+		PodCIDR: podCIDR, APIServer: strings.TrimPrefix(c.Config.Host, "https://"),
+		Images: processnode.DatabaseImages(),
 		// Restarts and probes as a kubelet's, but not slower than a test needs.
 		BackoffBase: time.Second, BackoffMax: 10 * time.Second, ProbePeriod: 2 * time.Second,
 		StorageClass: "process-node", DefaultStorageClass: true,

@@ -44,6 +44,9 @@ type Options struct {
 	Dir string
 	// Nodes is the number of simulated nodes (default 3).
 	Nodes int
+	// APIServerAddresses are more addresses the API server's certificate is
+	// valid for: where a process node lets its pods reach it.
+	APIServerAddresses []string
 	// NoSimulatedNodes starts no kwok and no simulated node or storage:
 	// the caller brings its own nodes (a process node) and storage class.
 	NoSimulatedNodes bool
@@ -105,7 +108,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c = nil
 		}
 	}()
-	if c.pki, err = generatePKI(filepath.Join(dir, "pki")); err != nil {
+	if c.pki, err = generatePKI(filepath.Join(dir, "pki"), opts.APIServerAddresses); err != nil {
 		return c, fmt.Errorf("generating PKI: %w", err)
 	}
 	ports, err := freePorts(6)

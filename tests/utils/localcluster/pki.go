@@ -130,7 +130,7 @@ func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 // an admin client certificate, a separate front-proxy CA and client (the API
 // server refuses the cluster CA for the request-header flags) and the
 // service-account signing key.
-func generatePKI(dir string) (*pki, error) {
+func generatePKI(dir string, extraHosts []string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func generatePKI(dir string) (*pki, error) {
 	}
 	serving, err := ca.issue(certSpec{
 		cn:     "kube-apiserver",
-		hosts:  []string{"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		hosts:  append([]string{"127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, extraHosts...),
 		server: true,
 	})
 	if err != nil {

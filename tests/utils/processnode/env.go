@@ -95,9 +95,9 @@ func (w *podWorker) environment(ctx context.Context, ctr *corev1.Container, img 
 	for k, v := range img.Env {
 		set(k, v)
 	}
-	if a := w.node.opts.APIServer; a.IsValid() {
-		set("KUBERNETES_SERVICE_HOST", a.Addr().String())
-		set("KUBERNETES_SERVICE_PORT", fmt.Sprint(a.Port()))
+	if w.node.opts.APIServer != "" {
+		set("KUBERNETES_SERVICE_HOST", w.node.net.nodeIP.String())
+		set("KUBERNETES_SERVICE_PORT", fmt.Sprint(APIServerPort))
 	}
 	ns := w.pod.Namespace
 	for _, from := range ctr.EnvFrom {

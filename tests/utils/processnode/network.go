@@ -28,7 +28,7 @@ type network struct {
 
 func newNetwork(bridge string, prefix netip.Prefix) *network {
 	prefix = prefix.Masked()
-	return &network{bridge: bridge, prefix: prefix, nodeIP: prefix.Addr().Next(), used: map[netip.Addr]string{}}
+	return &network{bridge: bridge, prefix: prefix, nodeIP: NodeAddress(prefix), used: map[netip.Addr]string{}}
 }
 
 // ip runs the ip command.

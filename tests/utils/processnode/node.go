@@ -59,9 +59,12 @@ type Options struct {
 	Bridge, NamePrefix string
 	// PodCIDR is the pods' subnet; the node takes its first address.
 	PodCIDR netip.Prefix
-	// APIServer is where pods reach the API server (KUBERNETES_SERVICE_HOST
-	// and _PORT); unset leaves those variables out.
-	APIServer netip.AddrPort
+	// APIServer is the API server's address on the host (host:port);
+	// pods reach it at the node's address (NodeAddress), port
+	// APIServerPort, through KUBERNETES_SERVICE_HOST and _PORT. Unset
+	// leaves those variables out. The API server's certificate must name
+	// the node's address (localcluster.Options.APIServerAddresses).
+	APIServer string
 	// Images maps the images pods may use to what runs them here.
 	Images Images
 	// Labels are added to the Node's own (kubernetes.io/hostname and os/arch).
@@ -144,6 +147,12 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	if _, err := startDNS(ctx, client, n.net.nodeIP, n.log); err != nil {
 		_ = n.net.tearDown(setupCtx)
 		return nil, err
+	}
+	if opts.APIServer != "" {
+		if err := n.proxyAPIServer(ctx, opts.APIServer); err != nil {
+			_ = n.net.tearDown(setupCtx)
+			return nil, err
+		}
 	}
 	if err := n.serveKubelet(ctx); err != nil {
 		_ = n.net.tearDown(setupCtx)
