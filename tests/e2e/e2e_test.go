@@ -275,6 +275,67 @@ func TestMariaDBOnRealPods(t *testing.T) {
 	}
 }
 
+// TestBackupAndRestoreOnRealPods: a Backup of a MariaDB Database runs as a
+// real Job pod (the operator's binary copied from its image into the
+// database image's container, as in a cluster) onto a volume, and a new
+// Database bootstrapped from it has the rows.
+func TestBackupAndRestoreOnRealPods(t *testing.T) {
+	ctx := context.Background()
+	db := createDatabase(t, "shop", dbv1.EngineMariaDB, "10.11", 1)
+	waitRunning(t, db, 1, 5*time.Minute)
+	user, password := credentials(t, db)
+	sqlDB := func(d *dbv1.Database, user, password string) *sql.DB {
+		cfg := mysql.NewConfig()
+		cfg.User, cfg.Passwd, cfg.Net = user, password, "tcp"
+		cfg.Addr = net.JoinHostPort(resolveOne(t, d.Name+"-rw", d.Namespace), "3306")
+		c, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	src := sqlDB(db, user, password)
+	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)",
+		"INSERT INTO shop.orders VALUES (1), (2), (3)"} {
+		if _, err := src.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	b := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "first"}, Spec: dbv1.BackupSpec{
+		Database: dbv1.LocalObjectReference{Name: db.Name}, Target: &dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{}}}}
+	if err := k8s.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the backup done", func() string {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			return err.Error()
+		}
+		if !b.Status.Phase.Finished() {
+			return fmt.Sprintf("phase %q: %s", b.Status.Phase, b.Status.Message)
+		}
+		return ""
+	})
+	if b.Status.Phase != dbv1.BackupCompleted {
+		t.Fatalf("backup %s: %s", b.Status.Phase, b.Status.Message)
+	}
+
+	restored := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: "restored"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EngineMariaDB, Version: "10.11", Replicas: 1,
+			Storage:        dbv1.StorageSpec{Size: resource.MustParse("1Gi")},
+			DeletionPolicy: dbv1.DeletionPolicyDelete,
+			Bootstrap:      &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: b.Name}}}}
+	if err := k8s.Create(ctx, restored); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, restored, 1, 5*time.Minute)
+	ruser, rpassword := credentials(t, restored)
+	var n int
+	if err := sqlDB(restored, ruser, rpassword).QueryRow("SELECT count(*) FROM shop.orders").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("the restored Database has %d rows (%v), want 3", n, err)
+	}
+}
+
 // TestVersionWithoutServerFailsClearly: a Database asking for a version
 // this machine has no server for gets pods that say so in their status.
 func TestVersionWithoutServerFailsClearly(t *testing.T) {

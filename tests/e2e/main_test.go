@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,7 +29,10 @@ import (
 	"example.com/database-operator/tests/utils/processnode"
 )
 
-const nodeName = "process-node-0"
+const (
+	nodeName      = "process-node-0"
+	operatorImage = "example.com/database-operator/manager:test"
+)
 
 var (
 	// kubectl and kubeconfig run kubectl against the cluster, as a user would.
@@ -77,11 +81,20 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// The operator's image is its manager binary, built as the image has it:
+	// backup and restore Jobs copy it from there.
+	manager := filepath.Join(dir, "manager")
+	if out, err := exec.Command("go", "build", "-o", manager, "../../cmd").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the manager: %v\n%s", err, out)
+		return 1
+	}
+	images := processnode.DatabaseImages()
+	images[operatorImage] = processnode.Image{Binds: map[string]string{"/manager": manager}}
 	nodeLog, _ := os.Create(filepath.Join(dir, "node.log"))
 	node, err = processnode.Start(ctx, cs, processnode.Options{
 		Name: nodeName, Dir: filepath.Join(dir, "node"), Bridge: "dbop-e2e0", NamePrefix: "e2e",
 		PodCIDR: podCIDR, APIServer: strings.TrimPrefix(c.Config.Host, "https://"),
-		Images: processnode.DatabaseImages(),
+		Images: images,
 		// Restarts and probes as a kubelet's, but not slower than a test needs.
 		BackoffBase: time.Second, BackoffMax: 10 * time.Second, ProbePeriod: 2 * time.Second,
 		StorageClass: "process-node", DefaultStorageClass: true,
@@ -117,7 +130,7 @@ func run(m *testing.M) int {
 	// The operator reaches instances at their pod addresses, on the node's
 	// bridge, as it would in a cluster.
 	if err := controller.Setup(mgr, controller.Options{Values: controller.ValueOptions{
-		OperatorImage: "example.com/database-operator/manager:test", NoNetworkPolicy: true,
+		OperatorImage: operatorImage, NoNetworkPolicy: true,
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

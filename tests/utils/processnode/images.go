@@ -24,6 +24,10 @@ type Image struct {
 	// Users are passwd entries the image has (name:uid:gid:home) that the
 	// host may lack, e.g. the postgres user with uid 999.
 	Users []string
+	// Binds are host files or directories bind-mounted read-only into the
+	// container (container path -> host path): an image's own program
+	// that is built on the host, e.g. the operator's manager binary.
+	Binds map[string]string
 	// Requires lists host files without which the image cannot run here
 	// (the Debian package that provides the server); a pod of an image
 	// whose requirement is missing fails with a reason naming it.

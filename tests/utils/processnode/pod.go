@@ -499,6 +499,14 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	if nonRoot(w.pod, &c.spec) && (l.uid == nil || *l.uid == 0) {
 		return nil, fmt.Errorf("container has runAsNonRoot and image will run as root")
 	}
+	// The image's own files first: volumes mount over the image.
+	for target, source := range img.Binds {
+		fi, err := os.Stat(source)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", c.spec.Image, err)
+		}
+		l.mounts = append(l.mounts, mount{source: source, target: target, readOnly: true, file: !fi.IsDir()})
+	}
 	for _, m := range c.spec.VolumeMounts {
 		src, ok := volumes[m.Name]
 		if !ok {
