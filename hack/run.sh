@@ -12,7 +12,10 @@ webhook_addr=127.0.0.1:9443
 
 "$root/.local/localcluster" webhooks --dir "$root/.local" \
 	--manifests "$root/config/webhook/manifests.yaml" --webhook-addr "$webhook_addr"
-"$root/bin/manager" --leader-elect=false --metrics-bind-address=127.0.0.1:8443 \
+# The operator's image, which the process node maps to bin/manager: backup
+# and restore Jobs take the binary from it.
+RELATED_IMAGE_MANAGER=example.com/database-operator/manager:dev \
+	"$root/bin/manager" --leader-elect=false --metrics-bind-address=127.0.0.1:8443 \
 	--health-probe-bind-address=127.0.0.1:8081 --zap-devel \
 	--webhook-host=127.0.0.1 --webhook-port="${webhook_addr##*:}" --webhook-cert-dir="$root/.local/webhook-certs" "$@" &
 manager=$!

@@ -43,17 +43,18 @@ func main() {
 	crds := fs.String("crds", "", "directory of CRD manifests to install before the controller manager starts")
 	manifests := fs.String("manifests", "config/webhook/manifests.yaml", "webhooks: the generated webhook configurations")
 	nodes := fs.String("nodes", "auto", "up/serve: process (pods are real processes: needs root and the Debian database packages), simulated (kwok), or auto (process when possible)")
+	manager := fs.String("manager", "bin/manager", "up/serve: the manager binary that the operator's image ("+OperatorImage+") runs on the process node")
 	webhookAddr := fs.String("webhook-addr", "127.0.0.1:9443", "webhooks: where the operator's webhook server listens")
 	_ = fs.Parse(os.Args[2:])
 
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*binDir, *dir, *crds, *nodes)
+		err = up(*binDir, *dir, *crds, *nodes, *manager)
 	case "down":
 		err = down(*dir)
 	case "serve":
-		err = serve(*binDir, *dir, *crds, *nodes)
+		err = serve(*binDir, *dir, *crds, *nodes, *manager)
 	case "webhooks":
 		err = webhooks(*dir, *manifests, *webhookAddr)
 	default:
@@ -83,7 +84,7 @@ func running(dir string) int {
 
 // up starts `serve` detached (its own session, logging to dir/cluster.log)
 // and waits until it reports ready or dies.
-func up(binDir, dir, crds, nodes string) error {
+func up(binDir, dir, crds, nodes, manager string) error {
 	if pid := running(dir); pid != 0 {
 		if _, err := os.Stat(readyFile(dir)); err == nil {
 			fmt.Printf("local cluster already running (pid %d); KUBECONFIG=%s\n", pid, filepath.Join(dir, "cluster", "kubeconfig"))
@@ -103,7 +104,7 @@ func up(binDir, dir, crds, nodes string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "serve", "--bin-dir", binDir, "--dir", dir, "--crds", crds, "--nodes", nodes)
+	cmd := exec.Command(self, "serve", "--bin-dir", binDir, "--dir", dir, "--crds", crds, "--nodes", nodes, "--manager", manager)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -146,7 +147,7 @@ func down(dir string) error {
 	return errors.New("local cluster did not stop within 30s")
 }
 
-func serve(binDir, dir, crds, nodes string) error {
+func serve(binDir, dir, crds, nodes, manager string) error {
 	if binDir == "" {
 		return errors.New("--bin-dir (or LOCAL_CLUSTER_BIN) is required")
 	}
@@ -185,7 +186,7 @@ func serve(binDir, dir, crds, nodes string) error {
 	}
 	defer c.Stop()
 	if real {
-		n, err := startProcessNode(ctx, c, filepath.Join(dir, "node"))
+		n, err := startProcessNode(ctx, c, filepath.Join(dir, "node"), manager)
 		if err != nil {
 			return err
 		}

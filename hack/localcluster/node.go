@@ -17,6 +17,11 @@ import (
 
 const processNodeName = "process-node-0"
 
+// OperatorImage is the operator's image under `make run` (hack/run.sh gives
+// it to the manager as RELATED_IMAGE_MANAGER): backup and restore Jobs take
+// the manager binary from it, which the node maps to bin/manager.
+const OperatorImage = "example.com/database-operator/manager:dev"
+
 // The pod network of `make run`'s node; the tests' nodes use other ones.
 var processNodeCIDR = netip.MustParsePrefix("10.250.0.0/24")
 
@@ -43,7 +48,7 @@ func realPods(nodes string) (bool, string) {
 // startProcessNode runs the cluster's one node, whose pods are real
 // processes: the database images map to the Debian packages, and claims get
 // a directory under dir.
-func startProcessNode(ctx context.Context, c *localcluster.Cluster, dir string) (*processnode.Node, error) {
+func startProcessNode(ctx context.Context, c *localcluster.Cluster, dir, manager string) (*processnode.Node, error) {
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		return nil, err
@@ -59,10 +64,18 @@ func startProcessNode(ctx context.Context, c *localcluster.Cluster, dir string) 
 	if err != nil {
 		return nil, err
 	}
+	images := processnode.DatabaseImages()
+	if manager != "" {
+		abs, err := filepath.Abs(manager)
+		if err != nil {
+			return nil, err
+		}
+		images[OperatorImage] = processnode.Image{Binds: map[string]string{"/manager": abs}}
+	}
 	return processnode.Start(ctx, cs, processnode.Options{
 		KubeletClientCA: ca, APIServer: strings.TrimPrefix(c.Config.Host, "https://"),
 		Name: processNodeName, Dir: dir, Bridge: "dbop-run0", NamePrefix: "run", PodCIDR: processNodeCIDR,
-		Images:       processnode.DatabaseImages(),
+		Images:       images,
 		StorageClass: "process-node", DefaultStorageClass: true,
 		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(logf, prefix, args) }, funcr.Options{}),
 	})

@@ -25,7 +25,11 @@ import (
 	"example.com/database-operator/tests/utils/processnode"
 )
 
-const nodeName = "process-node-0"
+const (
+	nodeName = "process-node-0"
+	// sizedClass is the node's own storage class: claims of a real size.
+	sizedClass = "process-node"
+)
 
 var (
 	cs   kubernetes.Interface
@@ -70,7 +74,8 @@ func run(m *testing.M) int {
 			"debian:12": {},
 		},
 		BackoffBase: time.Second, BackoffMax: 4 * time.Second, ProbePeriod: time.Second,
-		Log: funcr.New(func(prefix, args string) { fmt.Fprintln(logf, prefix, args) }, funcr.Options{}),
+		StorageClass: sizedClass,
+		Log:          funcr.New(func(prefix, args string) { fmt.Fprintln(logf, prefix, args) }, funcr.Options{}),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting process node:", err)
@@ -377,5 +382,79 @@ func TestClaimOutlivesPod(t *testing.T) {
 			t.Fatalf("the next pod does not find the claim's data: %q", logs(t, r, "main", false))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestVolumeSizeIsEnforced: a claim of the node's class is a filesystem of
+// the claim's size: writing past it fails with ENOSPC, and growing the
+// claim grows the filesystem under the running pod.
+func TestVolumeSizeIsEnforced(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t)
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "small"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: ptr.To(sizedClass),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("32Mi")}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Writes 48 MiB a file at a time until asked, and says how it went.
+	pod := newPod(t, "filler", corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "debian:12",
+		Command: []string{"sh", "-c", `fill() { rm -f /data/f*; for i in 1 2 3 4 5 6; do dd if=/dev/zero of=/data/f$i bs=1M count=8 2>/dev/null || { echo "full at $i"; return; }; done; echo "wrote all"; }
+fill; while [ ! -e /tmp/again ]; do sleep 0.2; done; fill; exec sleep 1000`},
+		VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "small"}}}}})
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; log: %q", what, logs(t, pod, "main", false))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	pod = waitPod(t, pod, "Running", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	eventually("the first fill", func() bool { return strings.Contains(logs(t, pod, "main", false), "full at") })
+	if out := logs(t, pod, "main", false); strings.Contains(out, "wrote all") {
+		t.Fatalf("48 MiB fit on a 32 MiB claim: %q", out)
+	}
+	// Grow the claim to 128 MiB, as the operator's resize does.
+	pvc, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("128Mi")
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pending *corev1.PersistentVolumeClaimCondition
+	eventually("the claim's capacity to grow", func() bool {
+		cur, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for i, c := range cur.Status.Conditions {
+			if c.Type == corev1.PersistentVolumeClaimFileSystemResizePending {
+				pending = &cur.Status.Conditions[i]
+			}
+		}
+		q := cur.Status.Capacity[corev1.ResourceStorage]
+		return pending != nil || q.Cmp(resource.MustParse("128Mi")) == 0
+	})
+	if pending != nil {
+		// Growing a mounted ext4 needs CAP_SYS_RESOURCE; where root lacks it
+		// the claim must say so rather than claim a size it does not have.
+		if !strings.Contains(pending.Message, "resize2fs") {
+			t.Fatalf("resize pending without its cause: %+v", pending)
+		}
+		t.Logf("the size is enforced; growing it is not possible on this host: %s", pending.Message)
+		return
+	}
+	if _, err := node.Exec(ns, "filler", "main", []string{"touch", "/tmp/again"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the second fill", func() bool { return strings.Count(logs(t, pod, "main", false), "\n") >= 2 })
+	if out := logs(t, pod, "main", false); !strings.HasSuffix(out, "wrote all\n") {
+		t.Fatalf("48 MiB did not fit once the claim grew to 128 MiB: %q", out)
 	}
 }

@@ -178,6 +178,9 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 // process is gone.
 func (n *Node) Wait() {
 	n.wg.Wait()
+	// The claims' filesystems are unmounted once no pod uses them; their
+	// data stays in the node's directory.
+	unmountVolumes(filepath.Join(n.opts.Dir, "claims"))
 }
 
 // IP is the node's address on its bridge, where pods reach the host.

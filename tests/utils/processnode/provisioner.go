@@ -3,7 +3,6 @@ package processnode
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -58,8 +57,11 @@ func (p *provisioner) start(ctx context.Context) error {
 	claims := factory.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := factory.Core().V1().PersistentVolumes().Informer()
 	_, _ = claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.provision(ctx, obj.(*corev1.PersistentVolumeClaim)) },
-		UpdateFunc: func(_, obj any) { p.provision(ctx, obj.(*corev1.PersistentVolumeClaim)) },
+		AddFunc: func(obj any) { p.provision(ctx, obj.(*corev1.PersistentVolumeClaim)) },
+		UpdateFunc: func(_, obj any) {
+			p.provision(ctx, obj.(*corev1.PersistentVolumeClaim))
+			p.resize(ctx, obj.(*corev1.PersistentVolumeClaim))
+		},
 	})
 	_, _ = volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.reclaim(ctx, obj.(*corev1.PersistentVolume)) },
@@ -80,11 +82,15 @@ func (p *provisioner) provision(ctx context.Context, pvc *corev1.PersistentVolum
 		return
 	}
 	path := p.n.claimPath(string(pvc.UID))
-	if err := os.MkdirAll(path, 0o755); err != nil {
+	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	notSized, err := makeVolume(ctx, path, size.Value())
+	if err != nil {
 		p.n.log.Error(err, "provisioning", "claim", pvc.Namespace+"/"+pvc.Name)
 		return
 	}
-	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	if notSized != nil {
+		p.n.log.Info("volume size not enforced: a plain directory instead", "claim", pvc.Namespace+"/"+pvc.Name, "error", notSized.Error())
+	}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(pvc.UID),
 			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": Provisioner}},
@@ -119,7 +125,7 @@ func (p *provisioner) reclaim(ctx context.Context, pv *corev1.PersistentVolume) 
 		pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete || pv.Spec.Local == nil {
 		return
 	}
-	if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
+	if err := removeVolume(ctx, pv.Spec.Local.Path); err != nil {
 		p.n.log.Error(err, "deleting a released volume's data", "volume", pv.Name)
 		return
 	}
@@ -130,4 +136,50 @@ func (p *provisioner) reclaim(ctx context.Context, pv *corev1.PersistentVolume) 
 		return
 	}
 	p.n.log.Info("deleted a released volume and its data", "volume", pv.Name, "claim", pv.Spec.ClaimRef.Namespace+"/"+pv.Spec.ClaimRef.Name)
+}
+
+// resize grows a bound claim's volume when its request went up, online (the
+// class allows expansion), as an external resizer does: the filesystem, then
+// the volume's capacity, then the claim's.
+func (p *provisioner) resize(ctx context.Context, pvc *corev1.PersistentVolumeClaim) {
+	want, have := pvc.Spec.Resources.Requests[corev1.ResourceStorage], pvc.Status.Capacity[corev1.ResourceStorage]
+	if pvc.Status.Phase != corev1.ClaimBound || ptr.Deref(pvc.Spec.StorageClassName, "") != p.class || want.Cmp(have) <= 0 {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	key := pvc.Namespace + "/" + pvc.Name
+	pv, err := p.n.client.CoreV1().PersistentVolumes().Get(cctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil || pv.Annotations["pv.kubernetes.io/provisioned-by"] != Provisioner || pv.Spec.Local == nil {
+		return
+	}
+	if err := growVolume(cctx, pv.Spec.Local.Path, want.Value()); err != nil {
+		// Online growth needs CAP_SYS_RESOURCE, which a sandboxed root may
+		// lack: the claim says it waits, as a kubelet's would, and why.
+		for _, c := range pvc.Status.Conditions {
+			if c.Type == corev1.PersistentVolumeClaimFileSystemResizePending {
+				return
+			}
+		}
+		p.n.log.Error(err, "growing a volume", "claim", key, "to", want.String())
+		cur := pvc.DeepCopy()
+		cur.Status.Conditions = append(cur.Status.Conditions, corev1.PersistentVolumeClaimCondition{
+			Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now(),
+			Reason: "OnlineResizeFailed", Message: "the process node could not grow the mounted filesystem: " + err.Error()})
+		_, _ = p.n.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(cctx, cur, metav1.UpdateOptions{})
+		return
+	}
+	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: want}
+	if _, err := p.n.client.CoreV1().PersistentVolumes().Update(cctx, pv, metav1.UpdateOptions{}); err != nil {
+		p.n.log.Error(err, "growing a volume", "claim", key)
+		return
+	}
+	cur := pvc.DeepCopy()
+	cur.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: want}
+	cur.Status.Conditions = nil
+	if _, err := p.n.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(cctx, cur, metav1.UpdateOptions{}); err != nil {
+		p.n.log.Error(err, "growing a volume", "claim", key)
+		return
+	}
+	p.n.log.Info("grew a volume", "claim", key, "from", have.String(), "to", want.String())
 }
