@@ -222,6 +222,86 @@ func brokenInstance(t *testing.T, db *dbv1.Database, name string, mutate func(*c
 	return string(log)
 }
 
+// TestHungPrimaryFailsOverAndRewinds: the primary's server hangs (SIGSTOP):
+// its readiness probe fails, the operator promotes the replica, and when
+// the old primary's container dies and starts again, the start script
+// rewinds it onto the new primary (pg_rewind, not a clone: nothing is set
+// aside) and it follows with every acknowledged row.
+func TestHungPrimaryFailsOverAndRewinds(t *testing.T) {
+	db := createDatabase(t, "hang", dbv1.EnginePostgreSQL, "15", 2)
+	waitRunning(t, db, 2, 5*time.Minute)
+	user, password := credentials(t, db)
+	ctx := context.Background()
+	connect := func(service string) *pgx.Conn {
+		t.Helper()
+		cfg, err := pgx.ParseConfig("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = resolveOne(t, service, db.Namespace), 5432, user, password, "postgres"
+		cfg.ConnectTimeout = 5 * time.Second
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	rw := connect(db.Name + "-rw")
+	for _, stmt := range []string{"CREATE TABLE orders (id int PRIMARY KEY)", "INSERT INTO orders SELECT generate_series(1, 100)"} {
+		if _, err := rw.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := db.Name + "-0"
+	if out, err := node.Exec(db.Namespace, old, "database", []string{"sh", "-c", `kill -STOP "$(head -1 "$PGDATA/postmaster.pid")"`}); err != nil {
+		t.Fatalf("stopping the primary's server: %v: %s", err, out)
+	}
+	eventually(t, 2*time.Minute, "the replica promoted", func() string {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+			return err.Error()
+		}
+		if db.Status.CurrentPrimary != db.Name+"-1" {
+			return fmt.Sprintf("primary %q, phase %s", db.Status.CurrentPrimary, db.Status.Phase)
+		}
+		return ""
+	})
+	// The hung server dies (the liveness probe would get there, after its
+	// failures and the grace period): its container starts again.
+	if out, err := node.Exec(db.Namespace, old, "database", []string{"sh", "-c", `kill -KILL "$(head -1 "$PGDATA/postmaster.pid")"`}); err != nil {
+		t.Fatalf("killing the primary's server: %v: %s", err, out)
+	}
+	waitRunning(t, db, 2, 3*time.Minute)
+	log, err := node.Logs(db.Namespace, old, "database", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "rewinding onto "+db.Name+"-1") || strings.Contains(string(log), "pg_rewind failed") {
+		t.Errorf("the former primary was not rewound:\n%s", tail(string(log), 3000))
+	}
+	entries, _ := os.ReadDir(claimDir(t, db.Namespace, "data-"+old))
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "rewind-failed") || strings.Contains(e.Name(), "rebuild") {
+			t.Errorf("data set aside on the former primary: %s", e.Name())
+		}
+	}
+	rw = connect(db.Name + "-rw")
+	if _, err := rw.Exec(ctx, "INSERT INTO orders VALUES (101)"); err != nil {
+		t.Fatalf("writing on the new primary: %v", err)
+	}
+	eventually(t, 30*time.Second, "the former primary following with every row", func() string {
+		c := connect(db.Name + "-ro")
+		var n int
+		if err := c.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+			return err.Error()
+		}
+		if n != 101 {
+			return fmt.Sprintf("%d rows", n)
+		}
+		return ""
+	})
+}
+
 // TestMariaDBOnRealPods: the same for MariaDB 10.11, whose pods run the
 // image's entrypoint (the node's stand-in) with the chart's configuration
 // in /etc/mysql/conf.d.

@@ -68,8 +68,14 @@ rewind() {
 	# just-promoted primary updates at its first checkpoint: ask for it.
 	psql -h "$host" -p "$port" -U "$POSTGRES_USER" -d postgres -qc CHECKPOINT >&2 || true
 	# pg_rewind runs crash recovery first when the server died, copies what
-	# changed since the timelines forked, and (-R) makes it a standby.
-	if pg_rewind -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R >&2; then
+	# changed since the timelines forked, and (-R) makes it a standby. The
+	# recovery must read the server's own configuration (outside the data
+	# directory, named by the container's arguments): with the data
+	# directory's, its checkpoint records wal_log_hints off and the rewind
+	# refuses, so a crashed primary was always cloned instead.
+	# shellcheck disable=SC2086 # the option is one word or none
+	if pg_rewind -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R \
+		${config_file:+--config-file="$config_file"} >&2; then
 		return
 	fi
 	log "pg_rewind failed: cloning instead"
@@ -80,6 +86,12 @@ rewind() {
 # A standby has standby.signal; a former primary has not, and may hold WAL
 # the new primary never got.
 rejoin() { [ -f "$PGDATA/standby.signal" ] || rewind; }
+
+# The configuration file the server is started with (-c config_file=...).
+config_file=""
+for arg in "$@"; do
+	case "$arg" in config_file=*) config_file="${arg#config_file=}" ;; esac
+done
 
 prepare_data
 
