@@ -78,7 +78,11 @@ KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/
 verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl apply -k` would read).
 	@K=$$(hack/build-tools.sh cluster)/kubectl; for l in $(KUSTOMIZE_LAYERS); do \
 		n=$$($$K kustomize $$l | grep -c '^kind:') || { echo "kustomize $$l failed"; exit 1; }; \
-		printf '%-28s %2d objects\n' $$l $$n; done
+		printf '%-28s %2d objects\n' $$l $$n; done; \
+	out=$$(IMG=registry.example/team/manager:v9 hack/deploy.sh render) && \
+	[[ $$(grep -c 'registry.example/team/manager:v9' <<<"$$out") -eq 2 && $$out != *controller:latest* ]] || \
+		{ echo "make deploy's overlay does not put IMG in the manager's image and RELATED_IMAGE_MANAGER"; exit 1; }; \
+	echo "make deploy overlay          IMG in image and RELATED_IMAGE_MANAGER"
 
 GENERATED := api config bundle bundle.Dockerfile catalog
 
@@ -127,6 +131,16 @@ install: ## Apply the CRDs to the cluster in KUBECONFIG (default: the local one)
 .PHONY: run
 run: cluster install build ## Start the local cluster, install the CRDs, run the operator and apply the sample; prints the status as it changes.
 	@hack/run.sh
+
+##@ Deployment
+
+.PHONY: deploy
+deploy: ## Install the operator on the cluster in KUBECONFIG with kustomize (config/default; cert-manager must run there): IMG=<registry>/<repository>:<tag> is the manager image you pushed.
+	@IMG="$(IMG)" hack/deploy.sh apply
+
+.PHONY: undeploy
+undeploy: ## Remove what `make deploy` installed (the CRDs too, and with them every Database and Backup).
+	@hack/deploy.sh delete
 
 ##@ Tests
 
