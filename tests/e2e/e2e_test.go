@@ -302,6 +302,138 @@ func TestHungPrimaryFailsOverAndRewinds(t *testing.T) {
 	})
 }
 
+// TestPostgresSwitchoverUnderWrites: a client writes through <name>-rw
+// (resolved through the cluster's DNS on every write, as a reconnecting
+// application would) while the user moves the primary with spec.primary.
+// Every acknowledged write is on the new primary, writes resume there, and
+// the old primary's pod is restarted by the operator and comes back as a
+// rewound standby that has them too.
+func TestPostgresSwitchoverUnderWrites(t *testing.T) {
+	db := createDatabase(t, "sw", dbv1.EnginePostgreSQL, "15", 2)
+	waitRunning(t, db, 2, 5*time.Minute)
+	user, password := credentials(t, db)
+	ctx := context.Background()
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(node.IP().String(), "53"))
+	}}
+	connect := func(service string) (*pgx.Conn, error) {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		addrs, err := r.LookupHost(cctx, fmt.Sprintf("%s.%s.svc.cluster.local", service, db.Namespace))
+		if err != nil || len(addrs) != 1 {
+			return nil, fmt.Errorf("resolving %s: %v %v", service, addrs, err)
+		}
+		cfg, err := pgx.ParseConfig("")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = addrs[0], 5432, user, password, "postgres"
+		cfg.ConnectTimeout = 3 * time.Second
+		return pgx.ConnectConfig(cctx, cfg)
+	}
+	c, err := connect(db.Name + "-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "CREATE TABLE orders (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close(ctx)
+
+	var acked []int
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if c, err := connect(db.Name + "-rw"); err == nil {
+				wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				if _, err := c.Exec(wctx, "INSERT INTO orders VALUES ($1)", i); err == nil {
+					acked = append(acked, i)
+				}
+				cancel()
+				c.Close(ctx)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	time.Sleep(time.Second)
+	old := db.Name + "-0"
+	oldPod, err := cs.CoreV1().Pods(db.Namespace).Get(ctx, old, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+		t.Fatal(err)
+	}
+	db.Spec.Primary = db.Name + "-1"
+	if err := k8s.Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the new primary serving", func() string {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+			return err.Error()
+		}
+		if db.Status.CurrentPrimary != db.Name+"-1" {
+			return fmt.Sprintf("primary %q", db.Status.CurrentPrimary)
+		}
+		return ""
+	})
+	waitRunning(t, db, 2, 3*time.Minute)
+	time.Sleep(2 * time.Second) // writes through -rw on the new primary
+	close(stop)
+	<-done
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	c, err = connect(db.Name + "-rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	rows, err := c.Query(ctx, "SELECT id FROM orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[int]bool{}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		have[id] = true
+	}
+	var lost []int
+	for _, id := range acked {
+		if !have[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes are not on the new primary: %v", len(lost), len(acked), lost)
+	}
+	if last := acked[len(acked)-1]; !have[last] {
+		t.Fatalf("no write after the switchover")
+	}
+	// The old primary: restarted by the operator, rewound, following.
+	cur, err := cs.CoreV1().Pods(db.Namespace).Get(ctx, old, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.UID == oldPod.UID {
+		t.Errorf("the old primary's pod was not restarted")
+	}
+	log, err := node.Logs(db.Namespace, old, "database", false)
+	if err != nil || !strings.Contains(string(log), "rewinding onto "+db.Name+"-1") || strings.Contains(string(log), "pg_rewind failed") {
+		t.Errorf("the old primary was not rewound (%v):\n%s", err, tail(string(log), 2000))
+	}
+	t.Logf("%d writes acknowledged, none lost", len(acked))
+}
+
 // TestMariaDBOnRealPods: the same for MariaDB 10.11, whose pods run the
 // image's entrypoint (the node's stand-in) with the chart's configuration
 // in /etc/mysql/conf.d.
