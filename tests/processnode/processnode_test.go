@@ -268,6 +268,7 @@ func TestCrashLoopBackOff(t *testing.T) {
 	if ready(pod) || pod.Status.Phase != corev1.PodRunning {
 		t.Fatalf("a crash-looping pod is %s, ready %v", pod.Status.Phase, ready(pod))
 	}
+	waitEvent(t, pod, "BackOff", "Back-off restarting failed container main")
 	cur, prev := logs(t, pod, "main", false), logs(t, pod, "main", true)
 	if !strings.HasPrefix(prev, "start ") || cur == prev {
 		t.Fatalf("previous log %q, current %q: want two different starts", prev, cur)
@@ -324,6 +325,8 @@ func TestLivenessProbeRestarts(t *testing.T) {
 	if last := pod.Status.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.Reason != "LivenessProbeFailed" {
 		t.Fatalf("last termination: %+v", last)
 	}
+	waitEvent(t, pod, "Unhealthy", "Liveness probe failed")
+	waitEvent(t, pod, "Killing", "failed liveness probe, will be restarted")
 }
 
 // TestImageWithoutLocalMatch: a pod whose image the node cannot run waits
@@ -457,4 +460,27 @@ fill; while [ ! -e /tmp/again ]; do sleep 0.2; done; fill; exec sleep 1000`},
 	if out := logs(t, pod, "main", false); !strings.HasSuffix(out, "wrote all\n") {
 		t.Fatalf("48 MiB did not fit once the claim grew to 128 MiB: %q", out)
 	}
+}
+
+// waitEvent waits for an Event about the pod from the node's kubelet with
+// the reason and a message containing text.
+func waitEvent(t *testing.T, pod *corev1.Pod, reason, text string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var seen []string
+	for time.Now().Before(deadline) {
+		list, err := cs.CoreV1().Events(pod.Namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			if e.Reason == reason && e.Source.Component == "kubelet" && e.Source.Host == nodeName && strings.Contains(e.Message, text) {
+				return
+			}
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no %s Event with %q for %s; seen %q", reason, text, pod.Name, seen)
 }

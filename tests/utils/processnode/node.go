@@ -42,6 +42,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
@@ -96,6 +97,8 @@ type Node struct {
 	client kubernetes.Interface
 	net    *network
 	log    logr.Logger
+
+	recorder record.EventRecorder
 
 	mu      sync.Mutex
 	workers map[types.UID]*running
@@ -168,7 +171,10 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 			return nil, err
 		}
 	}
-	n.wg.Add(2)
+	var stopEvents func()
+	n.recorder, stopEvents = n.newRecorder()
+	n.wg.Add(3)
+	go func() { defer n.wg.Done(); <-ctx.Done(); stopEvents() }()
 	go func() { defer n.wg.Done(); n.heartbeat(ctx) }()
 	go func() { defer n.wg.Done(); n.watchPods(ctx) }()
 	return n, nil

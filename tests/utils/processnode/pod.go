@@ -290,6 +290,7 @@ func (w *podWorker) waitBackoff(ctx context.Context, c *ctrState) {
 	c.waiting = w.backoffState(c)
 	w.mu.Unlock()
 	w.changed()
+	w.event(c, corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.spec.Name, w.pod.Name)
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
@@ -306,6 +307,7 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		w.mu.Unlock()
 		w.node.log.Info("container not started", "pod", w.key, "container", c.spec.Name, "error", err.Error())
+		w.event(c, corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		w.changed()
 		return 0, false
 	}
@@ -361,6 +363,7 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	c.ready = false
 	w.mu.Unlock()
 	w.node.log.Info("container started", "pod", w.key, "container", c.spec.Name, "pid", cmd.Process.Pid, "restarts", c.restarts)
+	w.event(c, corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
 	w.changed()
 
 	probeCtx, stopProbes := context.WithCancel(ctx)

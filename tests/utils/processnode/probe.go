@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -84,9 +85,11 @@ func (w *podWorker) loopProbe(ctx context.Context, c *ctrState, p *corev1.Probe,
 		} else {
 			fails, oks = fails+1, 0
 			w.node.log.V(1).Info("probe failed", "pod", w.key, "container", c.spec.Name, "error", err.Error())
+			w.event(c, corev1.EventTypeWarning, "Unhealthy", "%s probe failed: %v", probeKind(c, p), err)
 			if fails >= threshold {
 				if !readiness {
 					w.node.log.Info("probe failed too often", "pod", w.key, "container", c.spec.Name, "failures", fails, "error", err.Error())
+					w.event(c, corev1.EventTypeNormal, "Killing", "Container %s failed %s probe, will be restarted", c.spec.Name, strings.ToLower(probeKind(c, p)))
 					return false
 				}
 				done(false)
@@ -213,3 +216,14 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 }
 
 func (l *limitedBuffer) String() string { return string(l.b) }
+
+// probeKind names a probe as the kubelet's Events do.
+func probeKind(c *ctrState, p *corev1.Probe) string {
+	switch p {
+	case c.spec.ReadinessProbe:
+		return "Readiness"
+	case c.spec.StartupProbe:
+		return "Startup"
+	}
+	return "Liveness"
+}
