@@ -96,6 +96,8 @@ type Instance interface {
 	Promote(ctx context.Context) error
 	// Follow points a replica (or a fenced old primary that has not
 	// diverged) at a new primary and starts replicating from it.
+	// PostgreSQL takes the password from the server's password file, never
+	// from replication.Password: the server would log it.
 	Follow(ctx context.Context, primary Endpoint, replication Credentials) error
 	// WaitApplied returns once the instance has applied everything it had
 	// received when called, or the context ends.

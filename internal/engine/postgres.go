@@ -182,8 +182,11 @@ func (p *postgres) Follow(ctx context.Context, primary Endpoint, repl Credential
 	if !inRecovery {
 		return fmt.Errorf("PostgreSQL %s: %w", p.ep, ErrNotInRecovery)
 	}
-	conninfo := fmt.Sprintf("host=%s port=%d user=%s password=%s application_name=%s",
-		conninfoValue(primary.Host), primary.Port, conninfoValue(repl.User), conninfoValue(repl.Password), conninfoValue(p.applicationName()))
+	// No password: the server logs every change of primary_conninfo with
+	// its value. The WAL receiver reads it from the server's password file
+	// (PGPASSFILE, which the start script writes and the server inherits).
+	conninfo := fmt.Sprintf("host=%s port=%d user=%s application_name=%s",
+		conninfoValue(primary.Host), primary.Port, conninfoValue(repl.User), conninfoValue(p.applicationName()))
 	// ALTER SYSTEM takes no parameters: quote the value as a literal.
 	if _, err := p.conn.Exec(ctx, `ALTER SYSTEM SET primary_conninfo = `+sqlLiteral(conninfo)); err != nil {
 		return fmt.Errorf("PostgreSQL %s: setting primary_conninfo: %w", p.ep, err)

@@ -79,6 +79,14 @@ func TestPostgresOnRealPods(t *testing.T) {
 		t.Errorf("-ro reached a server in recovery %v (%v): want the replica", inRecovery, err)
 	}
 	t.Run("kubectl logs, exec and port-forward", func(t *testing.T) { kubectlReachesPod(t, db, user, password) })
+	// The operator points the replica at the primary (primary_conninfo):
+	// PostgreSQL logs that setting's value on reload, so it must not hold
+	// the password.
+	for _, pod := range []string{db.Name + "-0", db.Name + "-1"} {
+		if log, err := node.Logs(db.Namespace, pod, "database", false); err != nil || strings.Contains(string(log), password) {
+			t.Errorf("%s's server log holds the password (%v)", pod, err)
+		}
+	}
 	t.Run("a wrong environment variable name crash-loops", func(t *testing.T) {
 		log := brokenInstance(t, db, "broken-env", func(spec *corev1.PodSpec) {
 			for i, e := range spec.Containers[0].Env {

@@ -13,7 +13,8 @@
 # Then it execs postgres with the container's arguments. A clone or rewind
 # that cannot reach the primary fails the start; the kubelet retries.
 #
-# Environment: POD_NAME, PGDATA, POSTGRES_USER, POSTGRES_PASSWORD,
+# Environment: POD_NAME, PGDATA, POSTGRES_USER, POSTGRES_PASSWORD (written to
+# <volume>/.pgpass, PGPASSFILE for the clients and the server),
 # PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (the operator's
 # topology ConfigMap: key "primary", keys "rebuild-<pod>" with a token, key
 # "initialized" once the Database has served),
@@ -25,9 +26,18 @@ set -eu
 log_name=postgres-start data="$PGDATA" default_port=5432
 . "$(dirname "$0")/topology.sh"
 
-# The clients (initdb, pg_basebackup, pg_rewind) read the password from the
-# environment; it never reaches a command line.
-export PGPASSWORD="$POSTGRES_PASSWORD"
+# The password is in a password file on the volume, never on a command line
+# nor in primary_conninfo (the server logs every change of that setting,
+# value included): the clients here (pg_basebackup, pg_rewind, psql) and
+# the server's WAL receiver, which inherits PGPASSFILE, read it from there.
+PGPASSFILE="$volume/.pgpass"
+export PGPASSFILE
+pgpass_field() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/:/\\:/g'; }
+(
+	umask 077
+	printf '*:*:*:%s:%s\n' "$(pgpass_field "$POSTGRES_USER")" "$(pgpass_field "$POSTGRES_PASSWORD")" >"$PGPASSFILE.new"
+)
+mv "$PGPASSFILE.new" "$PGPASSFILE"
 
 has_data() { [ -s "$PGDATA/PG_VERSION" ]; }
 
@@ -95,5 +105,4 @@ done
 
 prepare_data
 
-unset PGPASSWORD
 exec postgres -D "$PGDATA" "$@"
