@@ -495,6 +495,111 @@ func TestMariaDBOnRealPods(t *testing.T) {
 	}
 }
 
+// TestMariaDBHungPrimaryFailsOver: MariaDB's primary hangs (SIGSTOP); the
+// replica is promoted and takes writes through -rw; the former primary,
+// once its server dies and starts again, comes back read-only and follows
+// the new primary with every row.
+func TestMariaDBHungPrimaryFailsOver(t *testing.T) {
+	// Known failures this test found on real pods, fixed by issue 12 (its
+	// points 2 and 6), which removes this skip:
+	//  - engine calls have no deadline, and a stopped mariadbd holds each
+	//    connection to the end of the driver's one-minute read timeout: the
+	//    failover took 1m40s in one run and had not begun after 2 minutes
+	//    in another (PostgreSQL's, through pgx, takes about 25 s);
+	//  - once the former primary is back and following, it was writable
+	//    (read_only=0) beside the new primary.
+	t.Skip("known failure, fixed in issue 12: a hung MariaDB primary stalls the failover, and the former primary comes back writable")
+	db := createDatabase(t, "mhang", dbv1.EngineMariaDB, "10.11", 2)
+	waitRunning(t, db, 2, 5*time.Minute)
+	user, password := credentials(t, db)
+	ctx := context.Background()
+	open := func(service string) *sql.DB {
+		t.Helper()
+		cfg := mysql.NewConfig()
+		cfg.User, cfg.Passwd, cfg.Net = user, password, "tcp"
+		cfg.Addr = net.JoinHostPort(resolveOne(t, service, db.Namespace), "3306")
+		cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
+		c, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	rw := open(db.Name + "-rw")
+	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)",
+		"INSERT INTO shop.orders VALUES (1), (2), (3)"} {
+		if _, err := rw.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	// Replication is asynchronous: rows acknowledged an instant before the
+	// hang may not have reached the replica (issue 12 bounds that loss).
+	// This test is about the failover, so the replica has them first.
+	eventually(t, 30*time.Second, "the rows on the replica", func() string {
+		var n int
+		if err := open(db.Name + "-ro").QueryRow("SELECT count(*) FROM shop.orders").Scan(&n); err != nil || n != 3 {
+			return fmt.Sprintf("%d rows (%v)", n, err)
+		}
+		return ""
+	})
+	old := db.Name + "-0"
+	pidOf := `"$(cat "$DATADIR/$(hostname).pid")"`
+	if out, err := node.Exec(db.Namespace, old, "database", []string{"sh", "-c", "kill -STOP " + pidOf}); err != nil {
+		t.Fatalf("stopping the primary's server: %v: %s", err, out)
+	}
+	hung := time.Now()
+	eventually(t, 2*time.Minute, "the replica promoted", func() string {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+			return err.Error()
+		}
+		if db.Status.CurrentPrimary != db.Name+"-1" {
+			return fmt.Sprintf("primary %q, phase %s", db.Status.CurrentPrimary, db.Status.Phase)
+		}
+		return ""
+	})
+	eventually(t, 30*time.Second, "a write through -rw on the new primary", func() string {
+		if _, err := open(db.Name + "-rw").Exec("INSERT INTO shop.orders VALUES (4)"); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	t.Logf("promoted and writable %s after the hang", time.Since(hung).Round(time.Second))
+	// The hung server dies (unless its liveness probe got there first).
+	if out, err := node.Exec(db.Namespace, old, "database", []string{"sh", "-c", "kill -KILL " + pidOf}); err != nil && !strings.Contains(err.Error(), "is not running") {
+		t.Fatalf("killing the primary's server: %v: %s", err, out)
+	}
+	waitRunning(t, db, 2, 3*time.Minute)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, name := range []string{db.Name + "-0", db.Name + "-1"} {
+			p, _ := cs.CoreV1().Pods(db.Namespace).Get(ctx, name, metav1.GetOptions{})
+			cfg := mysql.NewConfig()
+			cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.Timeout = user, password, "tcp", net.JoinHostPort(p.Status.PodIP, "3306"), 5*time.Second
+			c, _ := sql.Open("mysql", cfg.FormatDSN())
+			var n, ro int
+			err := c.QueryRow("SELECT count(*), @@read_only FROM shop.orders").Scan(&n, &ro)
+			c.Close()
+			t.Logf("%s (%s, role %q): %d rows, read_only=%d (%v)", name, p.Status.PodIP, p.Labels["database.example.com/role"], n, ro, err)
+		}
+		topo, _ := cs.CoreV1().ConfigMaps(db.Namespace).Get(ctx, db.Name+"-topology", metav1.GetOptions{})
+		t.Logf("topology %v; primary %s", topo.Data, db.Status.CurrentPrimary)
+	})
+	eventually(t, 60*time.Second, "the former primary following, read-only, with every row", func() string {
+		ro := open(db.Name + "-ro")
+		var n, readOnly int
+		if err := ro.QueryRow("SELECT count(*), @@read_only FROM shop.orders").Scan(&n, &readOnly); err != nil {
+			return err.Error()
+		}
+		if n != 4 || readOnly != 1 {
+			return fmt.Sprintf("%d rows, read_only=%d", n, readOnly)
+		}
+		return ""
+	})
+}
+
 // TestBackupAndRestoreOnRealPods: a Backup of a MariaDB Database runs as a
 // real Job pod (the operator's binary copied from its image into the
 // database image's container, as in a cluster) onto a volume, and a new
@@ -583,7 +688,7 @@ func TestVersionWithoutServerFailsClearly(t *testing.T) {
 // it by its service account's CA and is known by its token.
 func TestPodsReachTheAPIServer(t *testing.T) {
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "testpodsreachtheapiserver"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: uniqueNamespace(t)}}
 	if err := k8s.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -618,14 +723,24 @@ func TestPodsReachTheAPIServer(t *testing.T) {
 	}
 	// Authenticated as its service account, which may not read pods: a
 	// Forbidden that names it proves the API server knew the token.
-	if !strings.Contains(string(log), `system:serviceaccount:testpodsreachtheapiserver:default`) {
+	if !strings.Contains(string(log), "system:serviceaccount:"+ns.Name+":default") {
 		t.Errorf("the pod did not reach the API server as its service account:\n%s", log)
 	}
 }
 
+// uniqueNamespace names a namespace for one run of a test (-count=N never
+// meets one that is still terminating).
+func uniqueNamespace(t *testing.T) string {
+	name := strings.ToLower(t.Name())
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	return fmt.Sprintf("%s-%d", name, time.Now().UnixNano()%100000)
+}
+
 func createDatabase(t *testing.T, name string, e dbv1.Engine, version string, replicas int32) *dbv1.Database {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: strings.ToLower(t.Name())}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: uniqueNamespace(t)}}
 	if err := k8s.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}

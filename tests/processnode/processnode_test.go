@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,20 +93,27 @@ func run(m *testing.M) int {
 	return code
 }
 
+// namespaces maps a test to its namespace: one per test run, so -count=N
+// never reuses one that is still terminating.
+var namespaces sync.Map
+
 // testNamespace is a namespace of the test's own, deleted after it.
 func testNamespace(t *testing.T) string {
 	t.Helper()
+	if ns, ok := namespaces.Load(t); ok {
+		return ns.(string)
+	}
 	ns := strings.Trim(strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), "-")
 	if len(ns) > 50 {
 		ns = ns[:50]
 	}
+	ns = fmt.Sprintf("%s-%d", ns, time.Now().UnixNano()%100000)
 	ctx := context.Background()
-	if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	namespaces.Store(t, ns)
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	return ns
 }
 
