@@ -43,13 +43,7 @@ func TestPostgresOnRealPods(t *testing.T) {
 	open := func(service string) *pgx.Conn {
 		t.Helper()
 		addr := resolveOne(t, service, db.Namespace)
-		cfg, err := pgx.ParseConfig("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = addr, 5432, user, password, "postgres"
-		cfg.ConnectTimeout = 5 * time.Second
-		c, err := pgx.ConnectConfig(context.Background(), cfg)
+		c, err := pgConnect(context.Background(), addr, 5432, user, password, 5*time.Second)
 		if err != nil {
 			t.Fatalf("connecting to %s (%s): %v", service, addr, err)
 		}
@@ -176,13 +170,7 @@ func kubectlReachesPod(t *testing.T, db *dbv1.Database, user, password string) {
 	if _, serr := fmt.Sscanf(line, "Forwarding from 127.0.0.1:%d -> 5432", &local); err != nil || serr != nil {
 		t.Fatalf("kubectl port-forward said %q (%v, %v)", line, err, serr)
 	}
-	cfg, err := pgx.ParseConfig("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(local), user, password, "postgres"
-	cfg.ConnectTimeout = 10 * time.Second
-	c, err := pgx.ConnectConfig(context.Background(), cfg)
+	c, err := pgConnect(context.Background(), "127.0.0.1", local, user, password, 10*time.Second)
 	if err != nil {
 		t.Fatalf("connecting through kubectl port-forward: %v", err)
 	}
@@ -242,13 +230,7 @@ func TestHungPrimaryFailsOverAndRewinds(t *testing.T) {
 	ctx := context.Background()
 	connect := func(service string) *pgx.Conn {
 		t.Helper()
-		cfg, err := pgx.ParseConfig("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = resolveOne(t, service, db.Namespace), 5432, user, password, "postgres"
-		cfg.ConnectTimeout = 5 * time.Second
-		c, err := pgx.ConnectConfig(ctx, cfg)
+		c, err := pgConnect(ctx, resolveOne(t, service, db.Namespace), 5432, user, password, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,9 +303,7 @@ func TestPostgresSwitchoverUnderWrites(t *testing.T) {
 	waitRunning(t, db, 2, 5*time.Minute)
 	user, password := credentials(t, db)
 	ctx := context.Background()
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(node.IP().String(), "53"))
-	}}
+	r := clusterResolver()
 	connect := func(service string) (*pgx.Conn, error) {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -331,13 +311,7 @@ func TestPostgresSwitchoverUnderWrites(t *testing.T) {
 		if err != nil || len(addrs) != 1 {
 			return nil, fmt.Errorf("resolving %s: %v %v", service, addrs, err)
 		}
-		cfg, err := pgx.ParseConfig("")
-		if err != nil {
-			return nil, err
-		}
-		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = addrs[0], 5432, user, password, "postgres"
-		cfg.ConnectTimeout = 3 * time.Second
-		return pgx.ConnectConfig(cctx, cfg)
+		return pgConnect(cctx, addrs[0], 5432, user, password, 3*time.Second)
 	}
 	c, err := connect(db.Name + "-rw")
 	if err != nil {
@@ -453,16 +427,10 @@ func TestMariaDBOnRealPods(t *testing.T) {
 
 	open := func(service string) *sql.DB {
 		t.Helper()
-		cfg := mysql.NewConfig()
-		cfg.User, cfg.Passwd, cfg.Net = user, password, "tcp"
-		cfg.Addr = net.JoinHostPort(resolveOne(t, service, db.Namespace), "3306")
+		cfg := mariaDBConfig(resolveOne(t, service, db.Namespace), user, password)
 		cfg.Timeout = 5 * time.Second
-		c, err := sql.Open("mysql", cfg.FormatDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := openMariaDB(t, cfg)
 		c.SetMaxOpenConns(1)
-		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
 	rw := open(db.Name + "-rw")
@@ -515,16 +483,9 @@ func TestMariaDBHungPrimaryFailsOver(t *testing.T) {
 	ctx := context.Background()
 	open := func(service string) *sql.DB {
 		t.Helper()
-		cfg := mysql.NewConfig()
-		cfg.User, cfg.Passwd, cfg.Net = user, password, "tcp"
-		cfg.Addr = net.JoinHostPort(resolveOne(t, service, db.Namespace), "3306")
+		cfg := mariaDBConfig(resolveOne(t, service, db.Namespace), user, password)
 		cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 5*time.Second, 5*time.Second, 5*time.Second
-		c, err := sql.Open("mysql", cfg.FormatDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return openMariaDB(t, cfg)
 	}
 	rw := open(db.Name + "-rw")
 	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)",
@@ -576,8 +537,8 @@ func TestMariaDBHungPrimaryFailsOver(t *testing.T) {
 		}
 		for _, name := range []string{db.Name + "-0", db.Name + "-1"} {
 			p, _ := cs.CoreV1().Pods(db.Namespace).Get(ctx, name, metav1.GetOptions{})
-			cfg := mysql.NewConfig()
-			cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.Timeout = user, password, "tcp", net.JoinHostPort(p.Status.PodIP, "3306"), 5*time.Second
+			cfg := mariaDBConfig(p.Status.PodIP, user, password)
+			cfg.Timeout = 5 * time.Second
 			c, _ := sql.Open("mysql", cfg.FormatDSN())
 			var n, ro int
 			err := c.QueryRow("SELECT count(*), @@read_only FROM shop.orders").Scan(&n, &ro)
@@ -610,15 +571,7 @@ func TestBackupAndRestoreOnRealPods(t *testing.T) {
 	waitRunning(t, db, 1, 5*time.Minute)
 	user, password := credentials(t, db)
 	sqlDB := func(d *dbv1.Database, user, password string) *sql.DB {
-		cfg := mysql.NewConfig()
-		cfg.User, cfg.Passwd, cfg.Net = user, password, "tcp"
-		cfg.Addr = net.JoinHostPort(resolveOne(t, d.Name+"-rw", d.Namespace), "3306")
-		c, err := sql.Open("mysql", cfg.FormatDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return openMariaDB(t, mariaDBConfig(resolveOne(t, d.Name+"-rw", d.Namespace), user, password))
 	}
 	src := sqlDB(db, user, password)
 	for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.orders (id INT PRIMARY KEY)",
@@ -823,13 +776,48 @@ func credentials(t *testing.T, db *dbv1.Database) (user, password string) {
 	return string(s.Data["username"]), string(s.Data["password"])
 }
 
+// clusterResolver resolves names through the node's DNS, as a pod does.
+func clusterResolver() *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(node.IP().String(), "53"))
+	}}
+}
+
+// pgConnect opens a PostgreSQL session on host:port as user, to the
+// postgres database.
+func pgConnect(ctx context.Context, host string, port int, user, password string, timeout time.Duration) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(port), user, password, "postgres"
+	cfg.ConnectTimeout = timeout
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// mariaDBConfig is a client configuration for host:3306 as user.
+func mariaDBConfig(host, user, password string) *mysql.Config {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = user, password, "tcp", net.JoinHostPort(host, "3306")
+	return cfg
+}
+
+// openMariaDB opens a pool from cfg, closed when the test ends.
+func openMariaDB(t *testing.T, cfg *mysql.Config) *sql.DB {
+	t.Helper()
+	c, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // resolveOne resolves a Service's name through the node's DNS, as a pod
 // would, and returns its one address.
 func resolveOne(t *testing.T, service, ns string) string {
 	t.Helper()
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(node.IP().String(), "53"))
-	}}
+	r := clusterResolver()
 	name := fmt.Sprintf("%s.%s.svc.cluster.local", service, ns)
 	var addrs []string
 	eventually(t, 30*time.Second, "one address for "+name, func() string {
