@@ -15,6 +15,8 @@ package processnode
 // Other versions of these images have no local match: their pods fail with
 // a reason that says which versions this node runs.
 
+import "syscall"
+
 // PostgresBin is where Debian's PostgreSQL 15 keeps its server binaries.
 const PostgresBin = "/usr/lib/postgresql/15/bin"
 
@@ -30,6 +32,8 @@ func DatabaseImages() Images {
 			Env:      map[string]string{"PG_MAJOR": "15", "PGDATA": "/var/lib/postgresql/data", "LANG": "C.UTF-8"},
 			Users:    []string{"postgres:999:999:/var/lib/postgresql"},
 			Requires: []string{PostgresBin + "/postgres"},
+			// The official image's STOPSIGNAL: a fast shutdown.
+			StopSignal: syscall.SIGINT,
 		},
 		"mariadb:10.11": {
 			Env:   map[string]string{"LANG": "C.UTF-8"},

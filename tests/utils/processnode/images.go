@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Image says how the node runs containers of one image without pulling it:
@@ -32,6 +33,9 @@ type Image struct {
 	// (the Debian package that provides the server); a pod of an image
 	// whose requirement is missing fails with a reason naming it.
 	Requires []string
+	// StopSignal is the image's STOPSIGNAL (default SIGTERM), sent to the
+	// container's main process when it is stopped.
+	StopSignal syscall.Signal
 }
 
 // File is one file an Image stands in for.

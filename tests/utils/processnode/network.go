@@ -108,6 +108,11 @@ func (n *network) attach(ctx context.Context, ns, hostVeth string, addr netip.Ad
 			return err
 		}
 	}
+	// The address may have been a pod's deleted moments ago: the host
+	// would keep sending to that pod's gone veth until its neighbour entry
+	// expired (about 40 s), so the new pod would be unreachable from the
+	// host (the operator's side) for that long.
+	_ = ip(ctx, "neigh", "flush", "to", addr.String(), "dev", n.bridge)
 	return nil
 }
 

@@ -36,6 +36,9 @@ type podWorker struct {
 	ctrs      map[string]*ctrState
 	finished  bool // every container ended for good (restartPolicy Never/OnFailure)
 	statusDue chan struct{}
+	// held, while not nil, keeps the containers from starting (Node.Down);
+	// closed by Node.Up.
+	held chan struct{}
 
 	// Used by the volume refresh only (one goroutine).
 	tokens     map[string]saToken
@@ -247,6 +250,7 @@ func (w *podWorker) runToCompletion(ctx context.Context, c *ctrState, volumes ma
 // supervise runs a regular container for the pod's lifetime.
 func (w *podWorker) supervise(ctx context.Context, c *ctrState, volumes map[string]string) {
 	for ctx.Err() == nil {
+		w.waitUp(ctx)
 		began := time.Now()
 		code, ok := w.runOnce(ctx, c, volumes)
 		if !ok {
@@ -376,9 +380,9 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	case werr = <-exited:
 	case why := <-killed:
 		reasonOverride = why
-		werr = w.stop(cmd, exited, c.spec.Name, w.graceFor(nil))
+		werr = w.stop(cmd, exited, c, w.graceFor(nil))
 	case <-ctx.Done():
-		werr = w.stop(cmd, exited, c.spec.Name, w.graceFor(w.node.deletionGrace(w.key)))
+		werr = w.stop(cmd, exited, c, w.graceFor(w.node.deletionGrace(w.key)))
 	}
 	stopProbes()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left running in its group
@@ -432,10 +436,17 @@ func (w *podWorker) graceFor(deletion *int64) time.Duration {
 
 // stop sends SIGTERM to the container's process group, then SIGKILL when
 // the grace period runs out.
-func (w *podWorker) stop(cmd *exec.Cmd, exited <-chan error, name string, grace time.Duration) error {
+func (w *podWorker) stop(cmd *exec.Cmd, exited <-chan error, c *ctrState, grace time.Duration) error {
 	pgid := cmd.Process.Pid
-	w.node.log.Info("stopping container", "pod", w.key, "container", name, "grace", grace.String())
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	sig := c.image.StopSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	w.node.log.Info("stopping container", "pod", w.key, "container", c.spec.Name, "signal", sig.String(), "grace", grace.String())
+	// As a container runtime does: the image's stop signal to the main
+	// process only (PostgreSQL's SIGINT is a fast shutdown, where the
+	// SIGTERM a group would get is a smart one that waits for clients).
+	_ = syscall.Kill(pgid, sig)
 	select {
 	case err := <-exited:
 		_ = syscall.Kill(-pgid, syscall.SIGKILL) // stragglers of the group
