@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string) error {
 		enableHTTP2    = fs.Bool("enable-http2", false, "serve metrics over HTTP/2 (off: mitigates HTTP/2 rapid-reset attacks)")
 		networkPolicy  = fs.Bool("network-policy", true, "render a NetworkPolicy for each Database (turn off where the network plugin does not enforce them)")
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
+		workers        = fs.Int("database-workers", controller.DefaultDatabaseWorkers, "Databases reconciled at once: a slow or hung server of one Database must not hold up another's failover")
 	)
 	webhooks := bindWebhookFlags(fs)
 	zapOpts := zap.Options{Development: false}
@@ -119,9 +120,12 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	if *workers < 1 {
+		return fmt.Errorf("--database-workers=%d: want at least 1", *workers)
+	}
 	opts := controller.Options{Values: controller.ValueOptions{
 		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controller.ImagesFromEnv(os.Environ()),
-		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}}
+		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers}
 	// OLM names the operator's OperatorCondition in the Deployment it
 	// manages; without it (a kustomize install) there is nothing to report to.
 	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {

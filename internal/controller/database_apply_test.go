@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -162,6 +163,31 @@ func TestContains(t *testing.T) {
 	for _, tt := range tests {
 		if got := contains(tt.live, tt.want); got != tt.ok {
 			t.Errorf("%s: contains = %v, want %v", tt.name, got, tt.ok)
+		}
+	}
+}
+
+// TestRenderConcurrently: the Database controller runs several workers
+// sharing one chart; rendering must not share state between them (run
+// under -race) and each render must be its own Database's.
+func TestRenderConcurrently(t *testing.T) {
+	r := loadChart(t)
+	errs := make(chan error, 8)
+	for i := range 8 {
+		go func() {
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Name = fmt.Sprintf("db%d", i) })
+			objs, err := desiredObjects(r, db, ValueOptions{})
+			if err == nil {
+				if _, ok := byKindName(objs)["StatefulSet/"+db.Name]; !ok {
+					err = fmt.Errorf("render of %s has no StatefulSet of its own: %v", db.Name, keys(byKindName(objs)))
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -90,12 +91,15 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	for _, p := range []phase{
 		{"Credentials", r.reconcileCredentials},
 		{"Apply", r.reconcileObjects},
+		// Before Failover: a rollout restarting the primary is not a failure.
+		{"Observe", r.observeStatefulSet},
 		{"Failover", r.reconcileFailover},
 		{"Switchover", r.reconcileSwitchover},
 		{"Rejoin", r.reconcileRejoin},
 		{"Topology", r.reconcileTopology},
 		{"Restore", r.reconcileRestore},
 		{"Roles", r.reconcileRoles},
+		{"AppAccount", r.reconcileAppAccount},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
 			obs.failedPhase, obs.err = p.name, err
@@ -103,8 +107,11 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			break
 		}
 	}
-	if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
-		obs.failedPhase, obs.err = "Observe", err
+	if obs.statefulSet == nil && obs.failedPhase != "" {
+		// A phase before Observe failed: status still reports the rollout.
+		if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
+			obs.failedPhase, obs.err = "Observe", err
+		}
 	}
 	// Scheduled backups go on whatever failed above: a degraded Database
 	// needs its backups most.
@@ -199,8 +206,9 @@ func (r *DatabaseReconciler) event(db *dbv1.Database, typ, reason, action, note 
 // SetupWithManager registers the reconciler and what it watches: the
 // Databases, every kind the chart renders, the credentials Secret, and the
 // instance pods (owned by the StatefulSet, so mapped by label).
-func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).For(&dbv1.Database{}).Named("database")
+func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	b := ctrl.NewControllerManagedBy(mgr).For(&dbv1.Database{}).Named("database").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers})
 	for _, k := range ownedKinds() {
 		b = b.Owns(k.obj)
 	}

@@ -1,12 +1,19 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -92,5 +99,65 @@ func TestChooseCandidateLagBound(t *testing.T) {
 	// At the bound exactly is allowed.
 	if got, _, err := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 900, 900)}, bound); err != nil || got.pod.Name != "db-1" {
 		t.Errorf("a replica exactly at the bound: %v %v", got.pod, err)
+	}
+}
+
+// TestRolloutIsNotAFailure: while the StatefulSet rolls (its current and
+// update revisions differ), a primary that is unready and does not answer
+// is being restarted by the rollout, not lost: the reconcile must not
+// start a failover countdown. (The StatefulSet used to be observed after
+// the phases, so Failover never saw the rollout.)
+func TestRolloutIsNotAFailure(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Replicas = 2
+		db.Status.CurrentPrimary = "orders-0"
+		db.Finalizers = []string{Finalizer}
+	})
+	var pods []client.Object
+	for i := range 2 {
+		ready := corev1.ConditionTrue
+		if i == 0 {
+			ready = corev1.ConditionFalse // restarting for the rollout
+		}
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
+			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}},
+		})
+	}
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, append(pods, db)...)
+	r.Instances = &InstanceConnector{Client: c, Resolve: func(context.Context, *corev1.Pod, int) (engine.Endpoint, error) {
+		return engine.Endpoint{}, errors.New("no server answers")
+	}}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// The first reconcile applied the StatefulSet; now it is mid-rollout.
+	sts := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, req.NamespacedName, sts); err != nil {
+		t.Fatal(err)
+	}
+	sts.Status.CurrentRevision, sts.Status.UpdateRevision = "orders-1", "orders-2"
+	if err := c.Status().Update(ctx, sts); err != nil {
+		t.Fatal(err)
+	}
+	got := &dbv1.Database{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	got.Status.PrimaryUnhealthySince = nil
+	if err := c.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.PrimaryUnhealthySince != nil {
+		t.Errorf("a failover countdown started during a rollout (primaryUnhealthySince %v)", got.Status.PrimaryUnhealthySince)
 	}
 }

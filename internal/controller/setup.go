@@ -76,7 +76,15 @@ type Options struct {
 	// OperatorCondition whether it may be upgraded now; nil when OLM does
 	// not manage the operator.
 	Upgradeable conditions.Factory
+	// DatabaseWorkers is how many Databases are reconciled at once
+	// (default DefaultDatabaseWorkers).
+	DatabaseWorkers int
 }
+
+// DefaultDatabaseWorkers: above one, so that one Database whose server
+// hangs (each call bounded, but a reconcile may make several) does not
+// delay another Database's failover.
+const DefaultDatabaseWorkers = 4
 
 // Setup adds the operator's reconcilers to a manager.
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -106,7 +114,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 		BackupMetrics: backupMetrics,
 	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if opts.DatabaseWorkers < 1 {
+		opts.DatabaseWorkers = DefaultDatabaseWorkers
+	}
+	if err := r.SetupWithManager(mgr, opts.DatabaseWorkers); err != nil {
 		return fmt.Errorf("setting up the Database controller: %w", err)
 	}
 	br := &BackupReconciler{

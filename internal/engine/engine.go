@@ -122,30 +122,64 @@ type Instance interface {
 	Empty(ctx context.Context) (bool, error)
 	// Close ends the connection.
 	Close() error
+	// EnsureAccount creates or updates the application account and its
+	// database (on the primary; replicas get it by replication).
+	EnsureAccount(ctx context.Context, a Account) error
 }
 
 // ErrDiverged means two positions cannot be ordered: each has data the
 // other lacks. A replica in that state cannot follow; it must be rebuilt.
 var ErrDiverged = errors.New("positions have diverged")
 
-// Options tune how an instance is reached.
+// Options tune how an instance is reached. Every call is bounded: a hung
+// server costs at most these (see deadline.go for the defaults).
 type Options struct {
-	// ConnectTimeout bounds each connection attempt (default 5 s).
+	// ConnectTimeout bounds connecting, handshake and authentication
+	// included.
 	ConnectTimeout time.Duration
+	// CallTimeout bounds each call; WaitTimeout the calls that wait for
+	// the server to apply what it received (WaitApplied, Promote).
+	CallTimeout, WaitTimeout time.Duration
 }
 
-// Open connects to an instance of the given engine.
+// Open connects to an instance of the given engine. The Instance it
+// returns bounds every call with the options' timeouts (or the caller's
+// deadline, when that comes sooner).
 func Open(ctx context.Context, engine dbv1.Engine, ep Endpoint, creds Credentials, opts Options) (Instance, error) {
-	if opts.ConnectTimeout <= 0 {
-		opts.ConnectTimeout = 5 * time.Second
-	}
+	opts = opts.withDefaults()
+	// The drivers bound the TCP connect only: a server that accepts and
+	// then never answers would hold the handshake.
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	var (
+		inst Instance
+		err  error
+	)
 	switch engine {
 	case dbv1.EnginePostgreSQL:
-		return openPostgres(ctx, ep, creds, opts)
+		inst, err = openPostgres(cctx, ep, creds, opts)
 	case dbv1.EngineMySQL:
-		return openMySQL(ctx, mysqlDialect{}, ep, creds, opts)
+		inst, err = openMySQL(cctx, mysqlDialect{}, ep, creds, opts)
 	case dbv1.EngineMariaDB:
-		return openMySQL(ctx, mariadbDialect{}, ep, creds, opts)
+		inst, err = openMySQL(cctx, mariadbDialect{}, ep, creds, opts)
+	default:
+		return nil, fmt.Errorf("unknown engine %q", engine)
 	}
-	return nil, fmt.Errorf("unknown engine %q", engine)
+	if err != nil {
+		return nil, err
+	}
+	return bounded{Instance: inst, call: opts.CallTimeout, wait: opts.WaitTimeout}, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = DefaultWaitTimeout
+	}
+	return o
 }

@@ -24,6 +24,8 @@ type dialect interface {
 	sourcePortColumn() string
 	fence() []string
 	unfence() []string
+	// account creates or updates an application account and its database.
+	account(a Account) []string
 	promote() []string
 	follow(primary Endpoint, repl Credentials) []string
 	// attachFormerPrimary runs before a former primary's first CHANGE
@@ -50,6 +52,17 @@ func (mysqlDialect) receivedColumn() string   { return "Retrieved_Gtid_Set" }
 func (mysqlDialect) ioRunningColumn() string  { return "Replica_IO_Running" }
 func (mysqlDialect) sourceHostColumn() string { return "Source_Host" }
 func (mysqlDialect) sourcePortColumn() string { return "Source_Port" }
+
+// MySQL 8.4 rewrites the password out of its logs and binary log.
+func (mysqlDialect) account(a Account) []string {
+	user, pw := mysqlLiteral(a.User)+"@'%'", mysqlLiteral(a.Password)
+	return []string{
+		"CREATE USER IF NOT EXISTS " + user + " IDENTIFIED BY " + pw,
+		"ALTER USER " + user + " IDENTIFIED BY " + pw,
+		"CREATE DATABASE IF NOT EXISTS `" + a.Database + "`",
+		"GRANT ALL PRIVILEGES ON `" + a.Database + "`.* TO " + user,
+	}
+}
 
 // super_read_only refuses writes even from SUPER users.
 func (mysqlDialect) fence() []string {
@@ -101,7 +114,19 @@ func (mariadbDialect) sourcePortColumn() string { return "Master_Port" }
 // MariaDB has no super_read_only: read_only stops accounts without the
 // READ_ONLY ADMIN privilege (applications), and the operator's own
 // superuser must not write to a fenced instance.
-func (mariadbDialect) fence() []string   { return []string{"SET GLOBAL read_only = ON"} }
+func (mariadbDialect) fence() []string { return []string{"SET GLOBAL read_only = ON"} }
+
+// account gives the password as its mysql_native_password hash: neither
+// the statement nor the binary log that replicates it holds the password.
+func (mariadbDialect) account(a Account) []string {
+	user, hash := mysqlLiteral(a.User)+"@'%'", mysqlLiteral(nativePasswordHash(a.Password))
+	return []string{
+		"CREATE USER IF NOT EXISTS " + user + " IDENTIFIED BY PASSWORD " + hash,
+		"ALTER USER " + user + " IDENTIFIED BY PASSWORD " + hash,
+		"CREATE DATABASE IF NOT EXISTS `" + a.Database + "`",
+		"GRANT ALL PRIVILEGES ON `" + a.Database + "`.* TO " + user,
+	}
+}
 func (mariadbDialect) unfence() []string { return []string{"SET GLOBAL read_only = OFF"} }
 func (mariadbDialect) promote() []string {
 	return []string{"STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF"}
@@ -151,7 +176,10 @@ func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, o
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr = "tcp", ep.String()
 	cfg.User, cfg.Passwd = creds.User, creds.Password
-	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = opts.ConnectTimeout, time.Minute, time.Minute
+	// Calls are bounded by their context (Open's bounded); the socket
+	// timeouts only backstop a context without a deadline, and must not
+	// cut a wait shorter than WaitTimeout.
+	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = opts.ConnectTimeout, opts.WaitTimeout+5*time.Second, opts.WaitTimeout+5*time.Second
 	cfg.AllowNativePasswords = true
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -179,6 +207,9 @@ func (m *mysqlFamily) exec(ctx context.Context, stmts []string) error {
 
 // redact drops the password from a statement before it reaches an error.
 func redact(stmt string) string {
+	if i := strings.Index(stmt, " IDENTIFIED BY "); i >= 0 {
+		return stmt[:i] + " IDENTIFIED BY ***"
+	}
 	for _, key := range []string{"SOURCE_PASSWORD = ", "MASTER_PASSWORD = "} {
 		if i := strings.Index(stmt, key); i >= 0 {
 			rest := stmt[i+len(key):]
@@ -251,6 +282,15 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 
 func (m *mysqlFamily) Fence(ctx context.Context) error   { return m.exec(ctx, m.d.fence()) }
 func (m *mysqlFamily) Unfence(ctx context.Context) error { return m.exec(ctx, m.d.unfence()) }
+
+// EnsureAccount creates or updates the application account and its
+// database, on which it has every right (and none elsewhere).
+func (m *mysqlFamily) EnsureAccount(ctx context.Context, a Account) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	return m.exec(ctx, m.d.account(a))
+}
 
 func (m *mysqlFamily) Promote(ctx context.Context) error {
 	if err := m.WaitApplied(ctx); err != nil {

@@ -314,3 +314,37 @@ func (p *postgres) Empty(ctx context.Context) (bool, error) {
 	}
 	return others == 0 && tables == 0, nil
 }
+
+// EnsureAccount creates or updates the application account (a role that
+// logs in with the given password and nothing more) and its database,
+// which it owns. The password travels as a SCRAM verifier.
+func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	verifier, err := scramVerifier(a.Password)
+	if err != nil {
+		return err
+	}
+	role := pgx.Identifier{a.User}.Sanitize()
+	var exists bool
+	if err := p.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, a.User).Scan(&exists); err != nil {
+		return fmt.Errorf("PostgreSQL %s: looking up role %s: %w", p.ep, a.User, err)
+	}
+	verb := "CREATE ROLE " + role
+	if exists {
+		verb = "ALTER ROLE " + role + " WITH"
+	}
+	if _, err := p.conn.Exec(ctx, verb+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '"+verifier+"'"); err != nil {
+		return fmt.Errorf("PostgreSQL %s: %s (password set by verifier): %w", p.ep, verb, err)
+	}
+	if err := p.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, a.Database).Scan(&exists); err != nil {
+		return fmt.Errorf("PostgreSQL %s: looking up database %s: %w", p.ep, a.Database, err)
+	}
+	if !exists {
+		if _, err := p.conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{a.Database}.Sanitize()+" OWNER "+role); err != nil {
+			return fmt.Errorf("PostgreSQL %s: creating database %s: %w", p.ep, a.Database, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Default bounds on the calls that leave the process. A server that stops
+// answering (a stopped process, a half-open TCP connection, a partition
+// that drops packets) must cost the caller at most these, never the
+// driver's own socket timeouts, or one hung server stalls the control loop.
+const (
+	DefaultConnectTimeout = 5 * time.Second
+	DefaultCallTimeout    = 10 * time.Second
+	// DefaultWaitTimeout bounds the calls that wait for the server to do
+	// work (a replica applying what it received: WaitApplied, Promote).
+	DefaultWaitTimeout = 30 * time.Second
+)
+
+// bounded applies a deadline to every call of an Instance: the caller's,
+// or the call's own bound when that comes sooner.
+type bounded struct {
+	Instance
+	call, wait time.Duration
+}
+
+func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+func (b bounded) Status(ctx context.Context) (Status, error) {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.Status(ctx)
+}
+
+func (b bounded) Fence(ctx context.Context) error {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.Fence(ctx)
+}
+
+func (b bounded) Unfence(ctx context.Context) error {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.Unfence(ctx)
+}
+
+func (b bounded) Promote(ctx context.Context) error {
+	ctx, cancel := within(ctx, b.wait)
+	defer cancel()
+	return b.Instance.Promote(ctx)
+}
+
+func (b bounded) Follow(ctx context.Context, primary Endpoint, replication Credentials) error {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.Follow(ctx, primary, replication)
+}
+
+func (b bounded) WaitApplied(ctx context.Context) error {
+	ctx, cancel := within(ctx, b.wait)
+	defer cancel()
+	return b.Instance.WaitApplied(ctx)
+}
+
+func (b bounded) ServerVersion(ctx context.Context) (string, error) {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.ServerVersion(ctx)
+}
+
+func (b bounded) Databases(ctx context.Context) ([]string, error) {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.Databases(ctx)
+}
+
+func (b bounded) Empty(ctx context.Context) (bool, error) {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.Empty(ctx)
+}
+
+func (b bounded) EnsureAccount(ctx context.Context, a Account) error {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.Instance.EnsureAccount(ctx, a)
+}

@@ -1,0 +1,137 @@
+package engine_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+
+	"example.com/database-operator/internal/engine"
+	"example.com/database-operator/tests/utils/testservers"
+)
+
+// appWrite runs stmt as the application account on one server: a fresh
+// session each time, as an application's pool would open.
+// appUser names the account and its database: not "app", which the test
+// servers already have for 127.0.0.1 (a more specific host than the '%'
+// EnsureAccount grants, so MariaDB would log in as that one).
+const appUser = "shop"
+
+type appWrite func(ctx context.Context, password, stmt string) error
+
+func pgApp(p *testservers.Postgres) appWrite {
+	return func(ctx context.Context, password, stmt string) error {
+		cfg, err := pgx.ParseConfig("")
+		if err != nil {
+			return err
+		}
+		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(p.Port), appUser, password, appUser
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close(ctx)
+		_, err = c.Exec(ctx, stmt)
+		return err
+	}
+}
+
+func mariaApp(m *testservers.MariaDB) appWrite {
+	return func(ctx context.Context, password, stmt string) error {
+		cfg := mysql.NewConfig()
+		cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = appUser, password, "tcp", fmt.Sprintf("127.0.0.1:%d", m.Port), appUser
+		db, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		_, err = db.ExecContext(ctx, stmt)
+		return err
+	}
+}
+
+// TestApplicationAccount: the account EnsureAccount makes logs in with its
+// password (sent only as a verifier or hash), owns its database, reaches
+// the replicas by replication, and is refused writes by a replica and by
+// a fenced primary (it has no right that read-only modes let through).
+// A new password replaces the old one everywhere.
+func TestApplicationAccount(t *testing.T) {
+	pg := testservers.StartPostgresPrimary(t)
+	pgr := pg.StartReplica(t)
+	ma := testservers.StartMariaDBPrimary(t)
+	mar := ma.StartReplica(t)
+	for _, c := range []struct {
+		name             string
+		primary, replica engine.Instance
+		onPrimary        appWrite
+		onReplica        appWrite
+		readOnly         string // what the refusal says
+	}{
+		{"postgresql", pg.Instance(t), pgr.Instance(t), pgApp(pg), pgApp(pgr), "read-only transaction"},
+		{"mariadb", ma.Instance(t), mar.Instance(t), mariaApp(ma), mariaApp(mar), "read-only"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			acct := engine.Account{User: appUser, Password: "first-Pass'word\\1", Database: appUser}
+			if err := c.primary.EnsureAccount(ctx, acct); err != nil {
+				t.Fatal(err)
+			}
+			// Twice: it is idempotent.
+			if err := c.primary.EnsureAccount(ctx, acct); err != nil {
+				t.Fatal(err)
+			}
+			for _, stmt := range []string{"CREATE TABLE orders (id INT PRIMARY KEY)", "INSERT INTO orders VALUES (1)"} {
+				if err := c.onPrimary(ctx, acct.Password, stmt); err != nil {
+					t.Fatalf("as the application on the primary: %s: %v", stmt, err)
+				}
+			}
+			if err := c.onPrimary(ctx, acct.Password, "CREATE DATABASE elsewhere"); err == nil {
+				t.Error("the application account created a database outside its own")
+			}
+			eventuallyErr(t, func() error { return c.onReplica(ctx, acct.Password, "SELECT 1") })
+			if err := c.onReplica(ctx, acct.Password, "INSERT INTO orders VALUES (2)"); err == nil || !strings.Contains(err.Error(), c.readOnly) {
+				t.Errorf("an application write on a replica: %v, want it refused (%s)", err, c.readOnly)
+			}
+			if err := c.primary.Fence(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.onPrimary(ctx, acct.Password, "INSERT INTO orders VALUES (3)"); err == nil || !strings.Contains(err.Error(), c.readOnly) {
+				t.Errorf("an application write on a fenced primary: %v, want it refused (%s)", err, c.readOnly)
+			}
+			if err := c.primary.Unfence(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Rotation.
+			next := acct
+			next.Password = "second-Password-2"
+			if err := c.primary.EnsureAccount(ctx, next); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.onPrimary(ctx, acct.Password, "SELECT 1"); err == nil {
+				t.Error("the old password still logs in after rotation")
+			}
+			if err := c.onPrimary(ctx, next.Password, "INSERT INTO orders VALUES (4)"); err != nil {
+				t.Errorf("the new password: %v", err)
+			}
+			eventuallyErr(t, func() error { return c.onReplica(ctx, next.Password, "SELECT 1") })
+		})
+	}
+}
+
+func eventuallyErr(t *testing.T, f func() error) {
+	t.Helper()
+	var err error
+	for range 100 {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("still failing after 10 s: %v", err)
+}
