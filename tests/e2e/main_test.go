@@ -13,11 +13,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	olmcrds "github.com/operator-framework/api/crds"
+	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
+	corev1 "k8s.io/api/core/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +49,9 @@ var (
 	k8s  client.Client
 	cs   kubernetes.Interface
 	node *processnode.Node
+	// operatorCondition is where the operator reports Upgradeable, as
+	// under OLM.
+	operatorCondition types.NamespacedName
 )
 
 func TestMain(m *testing.M) {
@@ -64,7 +75,16 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	podCIDR := netip.MustParsePrefix("10.252.0.0/24")
+	// E2E_NETWORK=N (0-3) gives a second run of this package on the same
+	// machine a bridge and addresses of its own.
+	netIndex := 0
+	if v := os.Getenv("E2E_NETWORK"); v != "" {
+		if netIndex, err = strconv.Atoi(v); err != nil || netIndex < 0 || netIndex > 3 {
+			fmt.Fprintf(os.Stderr, "E2E_NETWORK=%q: want 0 to 3\n", v)
+			return 1
+		}
+	}
+	podCIDR := netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/24", 252+netIndex))
 	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: filepath.Join(dir, "cluster"),
 		CRDDirs: []string{"../../config/crd/bases"}, NoSimulatedNodes: true,
 		APIServerAddresses: []string{processnode.NodeAddress(podCIDR).String()}})
@@ -92,7 +112,7 @@ func run(m *testing.M) int {
 	images[operatorImage] = processnode.Image{Binds: map[string]string{"/manager": manager}}
 	nodeLog, _ := os.Create(filepath.Join(dir, "node.log"))
 	node, err = processnode.Start(ctx, cs, processnode.Options{
-		Name: nodeName, Dir: filepath.Join(dir, "node"), Bridge: "dbop-e2e0", NamePrefix: "e2e",
+		Name: nodeName, Dir: filepath.Join(dir, "node"), Bridge: fmt.Sprintf("dbop-e2e%d", netIndex), NamePrefix: fmt.Sprintf("e2e%d", netIndex),
 		PodCIDR: podCIDR, APIServer: strings.TrimPrefix(c.Config.Host, "https://"),
 		Images: images,
 		// Restarts and probes as a kubelet's, but not slower than a test needs.
@@ -115,6 +135,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if operatorCondition, err = installOperatorCondition(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "OperatorCondition:", err)
+		return 1
+	}
 	opLog, _ := os.Create(filepath.Join(dir, "operator.log"))
 	ctrl.SetLogger(zap.New(zap.WriteTo(opLog)))
 	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
@@ -129,9 +153,10 @@ func run(m *testing.M) int {
 	}
 	// The operator reaches instances at their pod addresses, on the node's
 	// bridge, as it would in a cluster.
-	if err := controller.Setup(mgr, controller.Options{Values: controller.ValueOptions{
-		OperatorImage: operatorImage, NoNetworkPolicy: true,
-	}}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{
+		Values:      controller.ValueOptions{OperatorImage: operatorImage, NoNetworkPolicy: true},
+		Upgradeable: controller.NamespacedConditions{Client: k8s, Key: operatorCondition},
+	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -151,4 +176,34 @@ func run(m *testing.M) int {
 		_ = os.RemoveAll(dir)
 	}
 	return code
+}
+
+// installOperatorCondition installs OLM's OperatorCondition CRD and the
+// object OLM would make for the operator's CSV.
+func installOperatorCondition(ctx context.Context, c *localcluster.Cluster) (types.NamespacedName, error) {
+	key := types.NamespacedName{Namespace: "database-operator-system", Name: "database-operator.v0.2.0"}
+	ext, err := apiextclient.NewForConfig(c.Config)
+	if err != nil {
+		return key, err
+	}
+	crd := olmcrds.OperatorCondition()
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		return key, err
+	}
+	scheme, err := controller.NewScheme()
+	if err != nil {
+		return key, err
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return key, err
+	}
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}); err != nil {
+		return key, err
+	}
+	oc := &apiv2.OperatorCondition{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	// The CRD takes a moment to be served.
+	return key, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return cl.Create(ctx, oc) == nil, nil
+	})
 }

@@ -1,6 +1,9 @@
 // Package integration runs the operator against a real local control plane
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok),
-// started once for the package by TestMain.
+// started once for the package by TestMain. Pods are kwok's simulation: no
+// server runs behind them, so these tests are about the API, rendering,
+// status and the operator's writes. Failover, switchover, rejoin, backup
+// and restore run on real pods in tests/e2e.
 package integration
 
 import (
@@ -8,20 +11,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	olmcrds "github.com/operator-framework/api/crds"
-	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	corev1 "k8s.io/api/core/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,34 +35,6 @@ type env struct {
 	cluster *localcluster.Cluster
 	client  client.Client
 	writes  *writeCounter
-	servers *serverRegistry
-	// operatorCondition is where the operator reports Upgradeable.
-	operatorCondition types.NamespacedName
-	// jobs runs the backup and restore Jobs' pods.
-	jobs *jobRunner
-}
-
-// serverRegistry maps instance pods (simulated by kwok) to real database
-// servers on loopback: the resolver the in-process operator uses.
-type serverRegistry struct {
-	mu    sync.Mutex
-	ports map[string]int // namespace/pod -> port
-}
-
-func (s *serverRegistry) set(namespace, pod string, port int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ports[namespace+"/"+pod] = port
-}
-
-func (s *serverRegistry) resolve(_ context.Context, pod *corev1.Pod, _ int) (engine.Endpoint, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	port, ok := s.ports[pod.Namespace+"/"+pod.Name]
-	if !ok {
-		return engine.Endpoint{}, fmt.Errorf("no server runs for pod %s/%s", pod.Namespace, pod.Name)
-	}
-	return engine.Endpoint{Host: "127.0.0.1", Port: port}, nil
 }
 
 // testEnv is set once by TestMain and only read by the tests.
@@ -94,8 +62,9 @@ func run(m *testing.M) int {
 	// The CRDs go in before the controller manager starts, so its garbage
 	// collector knows the Database kind from the start (it rediscovers kinds
 	// only every 30 s).
-	// Backup and restore Job pods are run by the test (jobRunner), not
-	// completed by kwok.
+	// Backup and restore Job pods stay Running (kwok does not complete
+	// them): Backups here are about validation and status, and tests/e2e
+	// runs their Jobs for real.
 	c, err := localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir, CRDDirs: []string{"../../config/crd/bases"},
 		KeepRunning: []string{controller.JobAppName}})
 	if err != nil {
@@ -139,20 +108,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	servers := &serverRegistry{ports: map[string]int{}}
-	// The operator reports Upgradeable to an OperatorCondition, as under
-	// OLM. Its writes go through an uncounted client: the steady-state test
-	// counts the Database reconciler's writes, and the reporter writes only
-	// when some Database starts or ends a failover or switchover.
-	condKey, err := installOperatorCondition(ctx, c)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "OperatorCondition:", err)
-		return 1
-	}
 	if err := controller.Setup(mgr, controller.Options{
-		Values:      controller.ValueOptions{OperatorNamespace: "database-operator-system", OperatorImage: "example.com/database-operator/manager:test"},
-		Resolve:     servers.resolve,
-		Upgradeable: controller.NamespacedConditions{Client: userClient, Key: condKey},
+		Values: controller.ValueOptions{OperatorNamespace: "database-operator-system", OperatorImage: "example.com/database-operator/manager:test"},
+		// No server runs behind a simulated pod: say so at once rather
+		// than dial the address kwok made up.
+		Resolve: func(_ context.Context, pod *corev1.Pod, _ int) (engine.Endpoint, error) {
+			return engine.Endpoint{}, fmt.Errorf("pod %s/%s is simulated: no server runs", pod.Namespace, pod.Name)
+		},
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -169,16 +131,7 @@ func run(m *testing.M) int {
 	}
 	testWebhooks = webhooks
 
-	// The Jobs' program is the manager binary, built as the image has it.
-	manager := filepath.Join(dir, "manager")
-	if out, err := exec.Command("go", "build", "-o", manager, "../../cmd").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the manager: %v\n%s", err, out)
-		return 1
-	}
-	jobs := newJobRunner(userClient, manager, servers, dir)
-	go jobs.loop(ctx)
-
-	testEnv = env{cluster: c, client: userClient, writes: writes, servers: servers, operatorCondition: condKey, jobs: jobs}
+	testEnv = env{cluster: c, client: userClient, writes: writes}
 	code := m.Run()
 	cancel()
 	if err := <-mgrDone; err != nil {
@@ -244,33 +197,3 @@ func (w *writeCounter) since(mark int, namespace string) []string {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// installOperatorCondition installs OLM's OperatorCondition CRD and the
-// object OLM would make for the operator's CSV.
-func installOperatorCondition(ctx context.Context, c *localcluster.Cluster) (types.NamespacedName, error) {
-	key := types.NamespacedName{Namespace: "database-operator-system", Name: "database-operator.v0.2.0"}
-	ext, err := apiextclient.NewForConfig(c.Config)
-	if err != nil {
-		return key, err
-	}
-	crd := olmcrds.OperatorCondition()
-	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		return key, err
-	}
-	scheme, err := controller.NewScheme()
-	if err != nil {
-		return key, err
-	}
-	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return key, err
-	}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}); err != nil {
-		return key, err
-	}
-	oc := &apiv2.OperatorCondition{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	// The CRD takes a moment to be served.
-	return key, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return cl.Create(ctx, oc) == nil, nil
-	})
-}

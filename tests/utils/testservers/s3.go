@@ -59,6 +59,7 @@ type S3Server struct {
 type s3Options struct {
 	tls    bool
 	bucket string
+	ip     net.IP
 }
 
 // S3Option configures StartS3.
@@ -67,6 +68,10 @@ type S3Option func(*s3Options)
 // S3TLS serves https with a certificate for 127.0.0.1 and localhost signed
 // by a CA made for this server (S3Server.CA).
 func S3TLS() S3Option { return func(o *s3Options) { o.tls = true } }
+
+// S3Listen serves on ip (a free port) instead of 127.0.0.1, with a TLS
+// certificate that names it: where pods on a bridge reach it.
+func S3Listen(ip net.IP) S3Option { return func(o *s3Options) { o.ip = ip } }
 
 // S3Bucket names the bucket created at start; "" creates none.
 func S3Bucket(name string) S3Option { return func(o *s3Options) { o.bucket = name } }
@@ -77,7 +82,7 @@ func S3Bucket(name string) S3Option { return func(o *s3Options) { o.bucket = nam
 // fills, else from PATH; without one the test fails saying how to build it.
 func StartS3(t testing.TB, opts ...S3Option) *S3Server {
 	t.Helper()
-	o := s3Options{bucket: "backups"}
+	o := s3Options{bucket: "backups", ip: net.IPv4(127, 0, 0, 1)}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -88,15 +93,15 @@ func StartS3(t testing.TB, opts ...S3Option) *S3Server {
 	if err := os.Mkdir(s.DataDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s.Port = freePort(t)
-	s.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.Port = freePortOn(t, o.ip)
+	s.Host = net.JoinHostPort(o.ip.String(), strconv.Itoa(s.Port))
 	args := []string{"--port", s.Host}
 	scheme := "http"
 	var transport http.RoundTripper // nil: minio-go's default
 	if o.tls {
 		scheme = "https"
 		var cert, key []byte
-		s.CA, cert, key = makeTLS(t)
+		s.CA, cert, key = makeTLS(t, o.ip)
 		certFile, keyFile := filepath.Join(s.Dir, "cert.pem"), filepath.Join(s.Dir, "key.pem")
 		if err := os.WriteFile(certFile, cert, 0o600); err != nil {
 			t.Fatal(err)
@@ -229,9 +234,9 @@ func randomHex(t testing.TB, n int) string {
 	return strings.ToUpper(hex.EncodeToString(b))
 }
 
-// makeTLS makes a throwaway CA and a server certificate for 127.0.0.1,
+// makeTLS makes a throwaway CA and a server certificate for ip, 127.0.0.1,
 // ::1 and localhost signed by it, returning PEM blocks.
-func makeTLS(t testing.TB) (caPEM, certPEM, keyPEM []byte) {
+func makeTLS(t testing.TB, ip net.IP) (caPEM, certPEM, keyPEM []byte) {
 	t.Helper()
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -261,12 +266,12 @@ func makeTLS(t testing.TB) (caPEM, certPEM, keyPEM []byte) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		Subject:      pkix.Name{CommonName: ip.String()},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses:  []net.IP{ip, net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		DNSNames:     []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)

@@ -32,7 +32,13 @@ type server struct {
 
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return freePortOn(t, net.IPv4(127, 0, 0, 1))
+}
+
+// freePortOn finds a port free on ip (one of this host's addresses).
+func freePortOn(t testing.TB, ip net.IP) int {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

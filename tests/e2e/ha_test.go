@@ -1,0 +1,622 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// The high-availability tests: failover, rejoin, divergence and switchover
+// on real servers started from the chart's pods. Faults are the node's
+// (tests/utils/processnode: Down, SIGSTOP through exec), clients reach the
+// servers through the Services' DNS names or the pods' addresses, and
+// nothing tells the operator what happened: it finds out as it would in a
+// cluster.
+
+// dialect is what the tests run on one engine, through database/sql. The
+// tests write as an application does: with the application account of
+// <name>-app, to the orders table of its database.
+type dialect struct {
+	engine  dbv1.Engine
+	version string
+	port    int
+	// readOnly answers 1 when the server refuses writes.
+	readOnly string
+}
+
+var dialects = []dialect{
+	{dbv1.EnginePostgreSQL, "15", 5432,
+		"SELECT CASE WHEN pg_is_in_recovery() OR current_setting('default_transaction_read_only') = 'on' THEN 1 ELSE 0 END"},
+	{dbv1.EngineMariaDB, "10.11", 3306, "SELECT @@read_only"},
+}
+
+func (d dialect) name() string { return string(d.engine) }
+
+// open is a pool of at most one connection to host as user, to database,
+// with short timeouts: a test must see a server that stopped answering,
+// not wait on it.
+func (d dialect) open(t testing.TB, host, user, password, database string) *sql.DB {
+	t.Helper()
+	var c *sql.DB
+	if d.engine == dbv1.EnginePostgreSQL {
+		cfg, err := pgx.ParseConfig("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(d.port), user, password, database
+		cfg.ConnectTimeout = 3 * time.Second
+		c = stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { _ = c.Close() })
+	} else {
+		cfg := mariaDBConfig(host, user, password)
+		cfg.DBName = database
+		cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = 3*time.Second, 5*time.Second, 5*time.Second
+		c = openMariaDB(t, cfg)
+	}
+	c.SetMaxOpenConns(1)
+	return c
+}
+
+// superuser is a client for host as the operator's superuser, for what
+// only it may do (stop a replica's replication).
+func (d dialect) superuser(t testing.TB, db *dbv1.Database, host string) *sql.DB {
+	t.Helper()
+	user, password := credentials(t, db)
+	return d.open(t, host, user, password, "")
+}
+
+// appCredentials waits for the application account (its Secret, and the
+// operator's record that the account is set on the primary).
+func appCredentials(t testing.TB, db *dbv1.Database) (user, password, database string) {
+	t.Helper()
+	eventually(t, time.Minute, "the application account set", func() string {
+		s, err := cs.CoreV1().Secrets(db.Namespace).Get(context.Background(), db.Name+"-app", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if s.Annotations["database.example.com/applied-password-sha256"] == "" {
+			return "not set on the server yet"
+		}
+		user, password, database = string(s.Data["username"]), string(s.Data["password"]), string(s.Data["database"])
+		return ""
+	})
+	return user, password, database
+}
+
+// haDatabase creates a Running Database of n instances with a one-second
+// failover delay and the orders table, and returns it with a client, as
+// the application account, for a pod's (or Service's) address.
+func haDatabase(t testing.TB, d dialect, name string, n int32, mutate ...func(*dbv1.Database)) (*dbv1.Database, func(host string) *sql.DB) {
+	t.Helper()
+	db := createDatabase(t, name, d.engine, d.version, n, append([]func(*dbv1.Database){func(db *dbv1.Database) {
+		db.Spec.Failover.DelaySeconds = ptr.To[int32](1)
+	}}, mutate...)...)
+	waitRunning(t, db, n, 5*time.Minute)
+	user, password, database := appCredentials(t, db)
+	open := func(host string) *sql.DB { return d.open(t, host, user, password, database) }
+	rw := open(resolveOne(t, db.Name+"-rw", db.Namespace))
+	if err := execTimeout(rw, "CREATE TABLE orders (id INT PRIMARY KEY, note TEXT)"); err != nil {
+		t.Fatalf("creating the table as the application: %v", err)
+	}
+	return db, open
+}
+
+func execTimeout(c *sql.DB, stmt string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.ExecContext(ctx, stmt)
+	return err
+}
+
+// insert writes rows ids from..to, each acknowledged before the next.
+func insert(t testing.TB, c *sql.DB, from, to int, note string) {
+	t.Helper()
+	for id := from; id <= to; id++ {
+		if err := execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, '%s')", id, note)); err != nil {
+			t.Fatalf("writing row %d: %v", id, err)
+		}
+	}
+}
+
+// notes is the set of notes of the rows a server holds.
+func notes(c *sql.DB) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.QueryContext(ctx, "SELECT note FROM orders")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out[n]++
+	}
+	return out, rows.Err()
+}
+
+// state is what a server holds and whether it refuses writes, for
+// eventually: "" when it has rows rows and readOnly.
+func (d dialect) state(c *sql.DB, rows int, readOnly bool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var n, ro int
+	if err := c.QueryRowContext(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+		return err.Error()
+	}
+	if err := c.QueryRowContext(ctx, d.readOnly).Scan(&ro); err != nil {
+		return err.Error()
+	}
+	if n != rows || (ro == 1) != readOnly {
+		return fmt.Sprintf("%d rows (want %d), read-only %v (want %v)", n, rows, ro == 1, readOnly)
+	}
+	return ""
+}
+
+func podIP(t testing.TB, ns, name string) string {
+	t.Helper()
+	var ip string
+	eventually(t, 2*time.Minute, name+"'s address", func() string {
+		p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		ip = p.Status.PodIP
+		if ip == "" {
+			return "no address yet"
+		}
+		return ""
+	})
+	return ip
+}
+
+func podRole(ns, name string) string {
+	p, err := cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	return p.Labels["database.example.com/role"]
+}
+
+// endpointPods are the pods a Service routes to (its ready endpoints).
+func endpointPods(t testing.TB, ns, svc string) []string {
+	t.Helper()
+	list, err := cs.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.TargetRef != nil && e.Conditions.Ready != nil && *e.Conditions.Ready {
+				pods = append(pods, e.TargetRef.Name)
+			}
+		}
+	}
+	slices.Sort(pods)
+	return pods
+}
+
+// waitFailover waits until a replica has replaced from as the primary.
+func waitFailover(t testing.TB, db *dbv1.Database, from string, timeout time.Duration) *dbv1.Database {
+	t.Helper()
+	got := &dbv1.Database{}
+	eventually(t, timeout, "a replica promoted", func() string {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		if got.Status.LastFailover == nil || got.Status.CurrentPrimary == from || got.Status.CurrentPrimary == "" {
+			return fmt.Sprintf("primary %q, last failover %+v, conditions %+v", got.Status.CurrentPrimary, got.Status.LastFailover, got.Status.Conditions)
+		}
+		return ""
+	})
+	return got
+}
+
+// wantEvents fails unless the Database has Events with each reason.
+func wantEvents(t testing.TB, db *dbv1.Database, reasons ...string) {
+	t.Helper()
+	eventually(t, 10*time.Second, fmt.Sprintf("Events %v", reasons), func() string {
+		list := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), list, client.InNamespace(db.Namespace)); err != nil {
+			return err.Error()
+		}
+		seen := map[string]bool{}
+		for _, e := range list.Items {
+			if e.Regarding.Name == db.Name {
+				seen[e.Reason] = true
+			}
+		}
+		for _, r := range reasons {
+			if !seen[r] {
+				return fmt.Sprintf("no %s Event (have %v)", r, seen)
+			}
+		}
+		return ""
+	})
+}
+
+// TestFailover: a three-instance Database loses its primary's machine (the
+// node stops the pod's containers and does not restart them). The operator
+// promotes a replica that has every acknowledged row, -rw routes to it,
+// writes succeed there and the other replica follows it. When the machine
+// comes back, the former primary's pod starts as a replica of the new
+// primary (PostgreSQL rewinds it) and streams from it.
+func TestFailover(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, open := haDatabase(t, d, "fo", 3)
+			ns := db.Namespace
+			rw := open(resolveOne(t, db.Name+"-rw", ns))
+			insert(t, rw, 1, 50, "acknowledged")
+			// Replication is asynchronous: this test is about the failover,
+			// so the replicas have every row first (issue 12 bounds the loss).
+			servers := map[string]*sql.DB{}
+			for _, pod := range []string{db.Name + "-0", db.Name + "-1", db.Name + "-2"} {
+				servers[pod] = open(podIP(t, ns, pod))
+			}
+			for _, pod := range []string{db.Name + "-1", db.Name + "-2"} {
+				eventually(t, 30*time.Second, pod+" has every row", func() string { return d.state(servers[pod], 50, true) })
+			}
+
+			old := db.Name + "-0"
+			if err := node.Down(ns, old); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = node.Up(ns, old) })
+			lost := time.Now()
+			got := waitFailover(t, db, old, 2*time.Minute)
+			newName := got.Status.CurrentPrimary
+			t.Logf("%s promoted %s after the primary was lost", newName, time.Since(lost).Round(time.Second))
+			if f := got.Status.LastFailover; f.From != old || f.To != newName || f.Reason == "" {
+				t.Errorf("failover record %+v", f)
+			}
+			other := db.Name + "-1"
+			if newName == other {
+				other = db.Name + "-2"
+			}
+			eventually(t, 30*time.Second, "-rw routes to the new primary", func() string {
+				if eps := endpointPods(t, ns, db.Name+"-rw"); !slices.Equal(eps, []string{newName}) {
+					return fmt.Sprintf("-rw endpoints %v", eps)
+				}
+				return ""
+			})
+			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 51, 51, "after failover")
+			if s := d.state(servers[newName], 51, false); s != "" {
+				t.Errorf("new primary %s: %s", newName, s)
+			}
+			eventually(t, 30*time.Second, "the other replica follows the new primary", func() string { return d.state(servers[other], 51, true) })
+
+			// The machine comes back: its pod starts from the topology the
+			// operator keeps, as a replica of the new primary.
+			if err := node.Up(ns, old); err != nil {
+				t.Fatal(err)
+			}
+			waitRunning(t, db, 3, 3*time.Minute)
+			back := open(podIP(t, ns, old))
+			eventually(t, time.Minute, "the former primary a read-only replica with every row", func() string {
+				if s := d.state(back, 51, true); s != "" {
+					return s
+				}
+				if r := podRole(ns, old); r != "replica" {
+					return old + " labelled " + r
+				}
+				return ""
+			})
+			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 52, 52, "streams")
+			eventually(t, 30*time.Second, "the former primary streams from the new one", func() string { return d.state(back, 52, true) })
+			wantEvents(t, db, "PrimaryUnhealthy", "FailoverStarted", "FailoverCompleted")
+		})
+	}
+}
+
+// TestFormerPrimaryReturnsWritable: the primary's server hangs (SIGSTOP: a
+// paused machine, a stalled disk); a replica is promoted and takes writes;
+// then the old server resumes as it was, writable. The operator fences it
+// at once and restarts its pod, whose start script rewinds it onto the new
+// primary (PostgreSQL) or, when it holds a write the new primary never
+// had, sets its data aside and clones the new primary (MariaDB: the write
+// is taken with replication stopped, so it diverges for sure). No
+// acknowledged write that reached the new primary is lost, the diverged
+// data is kept on the volume, and Events say what happened.
+func TestFormerPrimaryReturnsWritable(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, open := haDatabase(t, d, "back", 2)
+			ns := db.Namespace
+			old, repl := db.Name+"-0", db.Name+"-1"
+			primary, replica := open(podIP(t, ns, old)), open(podIP(t, ns, repl))
+			insert(t, primary, 1, 10, "acknowledged")
+			eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
+			diverged := d.engine == dbv1.EngineMariaDB
+			if diverged {
+				root := d.superuser(t, db, podIP(t, ns, repl))
+				if err := execTimeout(root, "STOP SLAVE IO_THREAD"); err != nil {
+					t.Fatal(err)
+				}
+				insert(t, primary, 11, 11, "errant")
+				if err := execTimeout(root, "START SLAVE IO_THREAD"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pid := map[dbv1.Engine]string{
+				dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
+				dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
+			}[d.engine]
+			signal := func(sig string) {
+				t.Helper()
+				if out, err := node.Exec(ns, old, "database", []string{"sh", "-c", "kill -" + sig + " " + pid}); err != nil {
+					t.Fatalf("kill -%s the primary's server: %v: %s", sig, err, out)
+				}
+			}
+			oldPod, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			signal("STOP")
+			hung := time.Now()
+			waitFailover(t, db, old, 2*time.Minute)
+			// Back before its liveness probe restarts it: writable, sure it
+			// is the primary.
+			signal("CONT")
+			t.Logf("promoted %s after the hang", time.Since(hung).Round(time.Second))
+			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 12, 12, "after failover")
+
+			eventually(t, 2*time.Minute, old+" restarted by the operator", func() string {
+				p, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if p.UID == oldPod.UID {
+					return "same pod"
+				}
+				return ""
+			})
+			waitRunning(t, db, 2, 3*time.Minute)
+			want := 11 // 10 acknowledged and replicated, 1 after the failover
+			back := open(podIP(t, ns, old))
+			eventually(t, time.Minute, "the former primary a read-only replica of the new one", func() string {
+				if s := d.state(back, want, true); s != "" {
+					return s
+				}
+				if r := podRole(ns, old); r != "replica" {
+					return old + " labelled " + r
+				}
+				return ""
+			})
+			if n, err := notes(back); err != nil || n["errant"] != 0 || n["after failover"] != 1 {
+				t.Errorf("rows on the former primary: %v (%v)", n, err)
+			}
+			claim := claimDir(t, ns, "data-"+old)
+			aside, _ := filepath.Glob(filepath.Join(claim, "*rebuild*"))
+			log, _ := node.Logs(ns, old, "database", false)
+			if diverged {
+				if len(aside) != 1 {
+					t.Errorf("diverged data set aside on %s: %v, want one directory", claim, aside)
+				}
+				wantEvents(t, db, "FormerPrimaryFenced", "InstanceDiverged", "InstanceRestarted")
+			} else {
+				if len(aside) != 0 {
+					t.Errorf("data set aside on the former primary (a rewind was enough): %v", aside)
+				}
+				if !strings.Contains(string(log), "rewinding onto "+repl) || strings.Contains(string(log), "pg_rewind failed") {
+					t.Errorf("the former primary was not rewound:\n%s", tail(string(log), 3000))
+				}
+				wantEvents(t, db, "FormerPrimaryFenced", "InstanceRestarted")
+			}
+		})
+	}
+}
+
+// TestSwitchoverUnderWrites: a client writes through <name>-rw (resolved
+// through the cluster's DNS on every write, as a reconnecting application
+// would) while the user moves the primary with spec.primary. Every
+// acknowledged write is on the new primary, writes resume there, and the
+// old primary follows it (PostgreSQL's is restarted by the operator and
+// rewound).
+func TestSwitchoverUnderWrites(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, open := haDatabase(t, d, "sw", 2)
+			ns := db.Namespace
+			ctx := context.Background()
+			r := clusterResolver()
+			var acked []int
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 1; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					addrs, err := r.LookupHost(cctx, fmt.Sprintf("%s-rw.%s.svc.cluster.local", db.Name, ns))
+					cancel()
+					if err == nil && len(addrs) == 1 {
+						c := open(addrs[0])
+						if execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'w')", i)) == nil {
+							acked = append(acked, i)
+						}
+						_ = c.Close()
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			time.Sleep(time.Second)
+			old, target := db.Name+"-0", db.Name+"-1"
+			oldPod, err := cs.CoreV1().Pods(ns).Get(ctx, old, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+				t.Fatal(err)
+			}
+			db.Spec.Primary = target
+			if err := k8s.Update(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Minute, "the new primary serving", func() string {
+				if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+					return err.Error()
+				}
+				if db.Status.CurrentPrimary != target {
+					return fmt.Sprintf("primary %q", db.Status.CurrentPrimary)
+				}
+				return ""
+			})
+			waitRunning(t, db, 2, 3*time.Minute)
+			time.Sleep(2 * time.Second) // writes through -rw on the new primary
+			close(stop)
+			<-done
+			if len(acked) == 0 {
+				t.Fatal("no write was acknowledged")
+			}
+			c := open(podIP(t, ns, target))
+			have := map[int]bool{}
+			rows, err := c.Query("SELECT id FROM orders")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var id int
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				have[id] = true
+			}
+			rows.Close()
+			var lost []int
+			for _, id := range acked {
+				if !have[id] {
+					lost = append(lost, id)
+				}
+			}
+			if len(lost) > 0 {
+				t.Fatalf("%d of %d acknowledged writes are not on the new primary: %v", len(lost), len(acked), lost)
+			}
+			if last := acked[len(acked)-1]; !have[last] {
+				t.Fatalf("no write after the switchover")
+			}
+			// The old primary follows with every row.
+			back := open(podIP(t, ns, old))
+			eventually(t, time.Minute, "the old primary a read-only replica with every row", func() string {
+				return d.state(back, len(have), true)
+			})
+			if d.engine == dbv1.EnginePostgreSQL {
+				cur, err := cs.CoreV1().Pods(ns).Get(ctx, old, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cur.UID == oldPod.UID {
+					t.Errorf("the old primary's pod was not restarted")
+				}
+				log, err := node.Logs(ns, old, "database", false)
+				if err != nil || !strings.Contains(string(log), "rewinding onto "+target) || strings.Contains(string(log), "pg_rewind failed") {
+					t.Errorf("the old primary was not rewound (%v):\n%s", err, tail(string(log), 2000))
+				}
+			}
+			t.Logf("%d writes acknowledged, none lost", len(acked))
+		})
+	}
+}
+
+// TestFailoverLagBound: with spec.failover.maxLag, a replica that fell too
+// far behind the primary's last seen position is not promoted: the
+// Database stays without a serving primary, says why, and tells OLM not to
+// upgrade the operator, until the bound is raised; then the replica is
+// promoted with what it has.
+func TestFailoverLagBound(t *testing.T) {
+	d := dialects[1] // the replica stops receiving through SQL
+	db, open := haDatabase(t, d, "lag", 2, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](5) })
+	ns := db.Namespace
+	ctx := context.Background()
+	old, repl := db.Name+"-0", db.Name+"-1"
+	primary, replica := open(podIP(t, ns, old)), open(podIP(t, ns, repl))
+	insert(t, primary, 1, 10, "replicated")
+	eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
+	if err := execTimeout(d.superuser(t, db, podIP(t, ns, repl)), "STOP SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	// The primary takes 20 transactions the replica never receives, and
+	// the operator samples its position (every 5 s while it is healthy).
+	insert(t, primary, 11, 30, "not replicated")
+	time.Sleep(7 * time.Second)
+	if err := node.Down(ns, old); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Up(ns, old) })
+
+	got := &dbv1.Database{}
+	eventually(t, time.Minute, "failover refused: the replica beyond maxLag", func() string {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, "Degraded")
+		if c == nil || !strings.Contains(c.Message, "beyond spec.failover.maxLag 5") {
+			return fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		}
+		return ""
+	})
+	if got.Status.CurrentPrimary != old || got.Status.LastFailover != nil {
+		t.Fatalf("a lagging replica was promoted: primary %s, %+v", got.Status.CurrentPrimary, got.Status.LastFailover)
+	}
+	busy := ns + "/lag: failover of " + old
+	eventually(t, 10*time.Second, "Upgradeable=False naming the failover", func() string {
+		if c := upgradeable(t); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, busy) {
+			return fmt.Sprintf("Upgradeable %+v", c)
+		}
+		return ""
+	})
+
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+		t.Fatal(err)
+	}
+	db.Spec.Failover.MaxLag = ptr.To[int64](1000)
+	if err := k8s.Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if newName := waitFailover(t, db, old, time.Minute).Status.CurrentPrimary; newName != repl {
+		t.Fatalf("promoted %s", newName)
+	}
+	if s := d.state(replica, 10, false); s != "" {
+		t.Errorf("the promoted replica: %s, want the 10 rows it received", s)
+	}
+	eventually(t, 10*time.Second, "Upgradeable no longer held by this failover", func() string {
+		if c := upgradeable(t); c == nil || strings.Contains(c.Message, busy) {
+			return fmt.Sprintf("Upgradeable %+v", c)
+		}
+		return ""
+	})
+}
+
+// upgradeable is the Upgradeable condition the operator reports to OLM.
+func upgradeable(t testing.TB) *metav1.Condition {
+	t.Helper()
+	oc := &apiv2.OperatorCondition{}
+	if err := k8s.Get(context.Background(), operatorCondition, oc); err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(oc.Spec.Conditions, apiv2.Upgradeable)
+}
