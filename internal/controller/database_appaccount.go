@@ -9,10 +9,8 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -116,6 +114,10 @@ func (r *DatabaseReconciler) reconcileAppAccount(ctx context.Context, db *dbv1.D
 	rotated := secret.Annotations[appliedPasswordAnnotation] != ""
 	patch := client.MergeFrom(secret.DeepCopy())
 	metav1.SetMetaDataAnnotation(&secret.ObjectMeta, appliedPasswordAnnotation, passwordHash(password))
+	// The keys derived from the password (uri) follow a rotated one.
+	for k, v := range appSecretData(db, password) {
+		secret.Data[k] = []byte(v)
+	}
 	if err := r.Patch(ctx, secret, patch); err != nil {
 		return fmt.Errorf("recording the application password as set: %w", err)
 	}
@@ -127,42 +129,19 @@ func (r *DatabaseReconciler) reconcileAppAccount(ctx context.Context, db *dbv1.D
 	return nil
 }
 
-// appSecret returns the application Secret, creating it the first time.
-// A Secret of that name that this operator did not make is left alone and
+// appSecret returns the application Secret, or nil when it was created
+// just now (its watch brings the next reconcile, which sets the account).
+// A Secret of that name that is not this Database's is left alone and
 // reported.
 func (r *DatabaseReconciler) appSecret(ctx context.Context, db *dbv1.Database) (*corev1.Secret, error) {
-	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: db.Namespace, Name: appSecretName(db)}
-	err := r.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, secret)
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		password, err := newPassword()
-		if err != nil {
-			return nil, err
-		}
-		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: instanceLabels(db)},
-			Type:       corev1.SecretTypeBasicAuth,
-			Data:       map[string][]byte{},
-		}
-		for k, v := range appSecretData(db, password) {
-			secret.Data[k] = []byte(v)
-		}
-		if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
-			return nil, err
-		}
-		if err := r.Create(ctx, secret); err != nil {
-			return nil, fmt.Errorf("creating Secret %s: %w", key.Name, err)
-		}
-		return nil, nil // set on the server by the next reconcile (its watch brings it)
-	case err != nil:
-		return nil, fmt.Errorf("reading Secret %s: %w", key.Name, err)
+	secret, created, err := r.getOrCreateSecret(ctx, db, appSecretName(db), func(password string) map[string]string {
+		return appSecretData(db, password)
+	})
+	if err != nil || created {
+		return nil, err
 	}
 	if !metav1.IsControlledBy(secret, db) {
-		return nil, fmt.Errorf("Secret %s exists and is not this Database's; delete it or choose another Database name", key.Name)
+		return nil, fmt.Errorf("Secret %s exists and is not this Database's; delete it or choose another Database name", secret.Name)
 	}
 	return secret, nil
 }

@@ -42,40 +42,17 @@ func newPassword() (string, error) {
 // Retain keeps it with the volumes) is adopted, so recreating the Database
 // reuses both the data and its password.
 func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.Database, _ *observed) error {
-	secret := &corev1.Secret{}
-	key := client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}
-	err := r.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only Secrets labelled as ours: ask the API server
-		// before creating, so a foreign Secret of that name is noticed.
-		err = r.APIReader.Get(ctx, key, secret)
+	secret, created, err := r.getOrCreateSecret(ctx, db, credentialsSecretName(db), func(password string) map[string]string {
+		return map[string]string{corev1.BasicAuthUsernameKey: superuser(db.Spec.Engine), corev1.BasicAuthPasswordKey: password}
+	})
+	if err != nil {
+		return err
 	}
-	switch {
-	case apierrors.IsNotFound(err):
-		password, err := newPassword()
-		if err != nil {
-			return err
-		}
-		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: instanceLabels(db)},
-			Type:       corev1.SecretTypeBasicAuth,
-			StringData: map[string]string{
-				corev1.BasicAuthUsernameKey: superuser(db.Spec.Engine),
-				corev1.BasicAuthPasswordKey: password,
-			},
-		}
-		if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
-			return err
-		}
-		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
-			return fmt.Errorf("creating Secret %s: %w", key.Name, err)
-		}
-		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated superuser credentials in Secret %s", key.Name)
+	if created {
+		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated superuser credentials in Secret %s", secret.Name)
 		return nil
-	case err != nil:
-		return fmt.Errorf("reading Secret %s: %w", key.Name, err)
 	}
-
+	key := client.ObjectKeyFromObject(secret)
 	if metav1.IsControlledBy(secret, db) {
 		return nil
 	}
@@ -94,6 +71,46 @@ func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.
 	}
 	r.event(db, corev1.EventTypeNormal, "CredentialsAdopted", "Adopt", "Reusing the retained credentials in Secret %s", key.Name)
 	return nil
+}
+
+// getOrCreateSecret returns db's basic-auth Secret name, creating it (owned
+// by db, with a new password given to data) when there is none; created
+// says it was made now.
+func (r *DatabaseReconciler) getOrCreateSecret(ctx context.Context, db *dbv1.Database, name string, data func(password string) map[string]string) (secret *corev1.Secret, created bool, err error) {
+	secret = &corev1.Secret{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
+	err = r.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only Secrets labelled as ours: ask the API server
+		// before creating, so a foreign Secret of that name is noticed.
+		err = r.APIReader.Get(ctx, key, secret)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return nil, false, fmt.Errorf("reading Secret %s: %w", name, err)
+	default:
+		return secret, false, nil
+	}
+	password, err := newPassword()
+	if err != nil {
+		return nil, false, err
+	}
+	secret = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: instanceLabels(db)},
+		Type:       corev1.SecretTypeBasicAuth,
+		Data:       map[string][]byte{},
+	}
+	for k, v := range data(password) {
+		secret.Data[k] = []byte(v)
+	}
+	if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
+		return nil, false, err
+	}
+	if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
+		return nil, false, fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	return secret, true, nil
 }
 
 // instanceLabels are the labels of objects the Go code creates itself.

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -326,8 +330,60 @@ func TestFailover(t *testing.T) {
 			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 52, 52, "streams")
 			eventually(t, 30*time.Second, "the former primary streams from the new one", func() string { return d.state(back, 52, true) })
 			wantEvents(t, db, "PrimaryUnhealthy", "FailoverStarted", "FailoverCompleted")
+			rotateAppPassword(t, d, db, old)
 		})
 	}
+}
+
+// rotateAppPassword writes a new password into the application Secret, as
+// a user rotating it does: the operator sets it on the primary (after a
+// failover, the new one), it reaches the replica by replication, the
+// Secret's uri follows, and the old password stops working.
+func rotateAppPassword(t testing.TB, d dialect, db *dbv1.Database, replica string) {
+	t.Helper()
+	ctx := context.Background()
+	user, oldPassword, database := appCredentials(t, db)
+	newPassword := "rotated-" + db.Namespace
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := cs.CoreV1().Secrets(db.Namespace).Get(ctx, db.Name+"-app", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Data["password"] = []byte(newPassword)
+		_, err = cs.CoreV1().Secrets(db.Namespace).Update(ctx, s, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(newPassword))
+	eventually(t, time.Minute, "the new password set on the server", func() string {
+		s, err := cs.CoreV1().Secrets(db.Namespace).Get(ctx, db.Name+"-app", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if s.Annotations["database.example.com/applied-password-sha256"] != hex.EncodeToString(sum[:]) {
+			return "applied-password annotation not updated"
+		}
+		if u, err := url.Parse(string(s.Data["uri"])); err != nil || u.User == nil {
+			return fmt.Sprintf("uri unreadable: %v", err)
+		} else if p, _ := u.User.Password(); p != newPassword {
+			return "the uri still holds the old password"
+		}
+		return ""
+	})
+	rw := resolveOne(t, db.Name+"-rw", db.Namespace)
+	for host, what := range map[string]string{rw: "the primary", podIP(t, db.Namespace, replica): "replica " + replica} {
+		eventually(t, 30*time.Second, "the new password accepted by "+what, func() string {
+			if err := d.open(t, host, user, newPassword, database).Ping(); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+		if err := d.open(t, host, user, oldPassword, database).Ping(); err == nil {
+			t.Errorf("%s still accepts the old application password", what)
+		}
+	}
+	wantEvents(t, db, "AppPasswordRotated")
 }
 
 // TestFormerPrimaryReturnsWritable: the primary's server hangs (SIGSTOP: a
