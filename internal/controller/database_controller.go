@@ -57,11 +57,16 @@ type DatabaseReconciler struct {
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// phase is one ordered step of a reconcile. Each depends on those before
-// it, so the first failure stops the rest.
+// phase is one ordered step of a reconcile.
 type phase struct {
 	name string
 	run  func(context.Context, *dbv1.Database, *observed) error
+	// gate: the phases after it depend on what it did (the objects exist,
+	// the rollout is known, the primary is decided), so its failure stops
+	// them. Any other phase's failure is reported and the rest still run:
+	// a replica that cannot be re-pointed must not keep the new primary
+	// from getting its role label (and -rw its endpoint).
+	gate bool
 }
 
 // Reconcile moves one Database towards its spec and reports where it stands.
@@ -89,40 +94,40 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 
 	obs := &observed{}
 	for _, p := range []phase{
-		{"Credentials", r.reconcileCredentials},
-		{"Apply", r.reconcileObjects},
+		{"Credentials", r.reconcileCredentials, true},
+		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
-		{"Observe", r.observeStatefulSet},
-		{"Failover", r.reconcileFailover},
-		{"Switchover", r.reconcileSwitchover},
-		{"Rejoin", r.reconcileRejoin},
-		{"Topology", r.reconcileTopology},
-		{"Restore", r.reconcileRestore},
-		{"Roles", r.reconcileRoles},
-		{"AppAccount", r.reconcileAppAccount},
+		{"Observe", r.observeStatefulSet, true},
+		{"Failover", r.reconcileFailover, true},
+		{"Switchover", r.reconcileSwitchover, true},
+		{"Rejoin", r.reconcileRejoin, false},
+		{"Topology", r.reconcileTopology, false},
+		{"Restore", r.reconcileRestore, false},
+		{"Roles", r.reconcileRoles, false},
+		{"AppAccount", r.reconcileAppAccount, false},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
-			obs.failedPhase, obs.err = p.name, err
+			obs.fail(p.name, err)
 			r.event(db, corev1.EventTypeWarning, p.name+reasonPhaseFailedPostfix, p.name, "%v", err)
-			break
+			if p.gate {
+				break
+			}
 		}
 	}
 	if obs.statefulSet == nil && obs.failedPhase != "" {
 		// A phase before Observe failed: status still reports the rollout.
-		if err := r.observeStatefulSet(ctx, db, obs); err != nil && obs.err == nil {
-			obs.failedPhase, obs.err = "Observe", err
+		if err := r.observeStatefulSet(ctx, db, obs); err != nil {
+			obs.fail("Observe", err)
 		}
 	}
 	// Scheduled backups go on whatever failed above: a degraded Database
 	// needs its backups most.
 	if err := r.reconcileBackupSchedule(ctx, db, obs); err != nil {
 		r.event(db, corev1.EventTypeWarning, "Backup"+reasonPhaseFailedPostfix, "Backup", "%v", err)
-		if obs.err == nil {
-			obs.failedPhase, obs.err = "Backup", err
-		}
+		obs.fail("Backup", err)
 	}
-	if err := r.observeBackups(ctx, db, obs); err != nil && obs.err == nil {
-		obs.failedPhase, obs.err = "Observe", err
+	if err := r.observeBackups(ctx, db, obs); err != nil {
+		obs.fail("Observe", err)
 	}
 	r.BackupMetrics.restore(db, obs.lastBackup, obs.lastSuccessfulBackup)
 	r.verifyPrimary(ctx, db, obs)

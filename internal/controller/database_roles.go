@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,39 +28,56 @@ func primaryName(db *dbv1.Database, obs *observed) string {
 // reconcileRoles puts the role label on every instance pod: primary on the
 // primary, replica on the rest. The read-write and read-only Services select
 // on it. Only the label is applied (server-side, the operator's field owner),
-// and only on pods where it is wrong.
+// and only on pods where it is wrong. Every other pod loses the primary
+// label before the primary gets it, and the primary gets it only when they
+// all did: -rw never selects two pods, even for a moment.
 func (r *DatabaseReconciler) reconcileRoles(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if obs.restoring {
+		// No endpoint before the backup is loaded: neither the read-write
+		// one nor read-only replicas of partial data.
+		return nil
+	}
 	pods, err := r.instancePods(ctx, db, obs)
 	if err != nil {
 		return err
 	}
 	primary := primaryName(db, obs)
+	var errs []error
+	var primaryPod *corev1.Pod
 	for i := range pods {
 		pod := &pods[i]
-		if !pod.DeletionTimestamp.IsZero() {
-			continue
+		switch {
+		case !pod.DeletionTimestamp.IsZero():
+		case pod.Name == primary:
+			primaryPod = pod
+		default:
+			if err := r.setPodRole(ctx, db, pod, roleReplica); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		if obs.restoring {
-			// No endpoint before the backup is loaded: neither the
-			// read-write one nor read-only replicas of partial data.
-			continue
-		}
-		role := roleReplica
-		if pod.Name == primary {
-			role = rolePrimary
-		}
-		if pod.Labels[labelRole] == role {
-			continue
-		}
-		if err := r.applyPodRole(ctx, pod, role); err != nil {
-			return err
-		}
-		if pod.Labels == nil {
-			pod.Labels = map[string]string{}
-		}
-		pod.Labels[labelRole] = role // status, computed next, sees the label it now has
-		r.event(db, corev1.EventTypeNormal, "RoleAssigned", "Label", "Pod %s is now %s", pod.Name, role)
 	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; %s keeps its label until every other pod lost the primary one", errors.Join(errs...), primary)
+	}
+	if primaryPod != nil {
+		return r.setPodRole(ctx, db, primaryPod, rolePrimary)
+	}
+	return nil
+}
+
+// setPodRole labels pod with role unless it has it already.
+func (r *DatabaseReconciler) setPodRole(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, role string) error {
+	if pod.Labels[labelRole] == role {
+		return nil
+	}
+	if err := r.applyPodRole(ctx, pod, role); err != nil {
+		return err
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[labelRole] = role // status, computed next, sees the label it now has
+	r.event(db, corev1.EventTypeNormal, "RoleAssigned", "Label", "Pod %s is now %s", pod.Name, role)
 	return nil
 }
 

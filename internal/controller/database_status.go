@@ -52,8 +52,18 @@ type observed struct {
 	// primaryCheck is what the primary's server said (verifyPrimary).
 	primaryCheck primaryCheck
 
-	failedPhase string // the reconcile phase that failed, if any
-	err         error  // what it failed with
+	failedPhase string // the first reconcile phase that failed, if any
+	err         error  // what it and any later failing phase failed with
+}
+
+// fail records a phase's failure. The first names the Degraded reason;
+// later ones are added to the message, so none is hidden.
+func (o *observed) fail(phase string, err error) {
+	if o.err == nil {
+		o.failedPhase, o.err = phase, err
+		return
+	}
+	o.err = fmt.Errorf("%w; %s: %w", o.err, phase, err)
 }
 
 // requeueWithin asks for the next reconcile within d.
