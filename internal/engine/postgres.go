@@ -110,11 +110,19 @@ func pgPosition(tliHex, lsnText string) (Position, error) {
 	return Position{Timeline: uint32(tli), LSN: lsn}, nil
 }
 
-// Fence makes new transactions read-only and ends every other client
-// session. A session could still turn read-only off for itself: this fence
-// stops well-behaved clients and the Services stop routing to the instance;
-// stopping the server is the hard fence.
+// Fence stops the server taking an application's writes without a
+// restart: pg_hba.conf gets rules at its top that refuse every login role
+// that is neither superuser nor replication (the operator and the
+// replicas still connect), new transactions default to read-only, and
+// every other client session is ended. The read-only default alone is
+// soft (any session may turn it off for itself); the login rules are
+// what an application cannot get round. Nothing of it writes WAL, so a
+// replica catching up on a fenced primary receives none of it.
 func (p *postgres) Fence(ctx context.Context) error {
+	if err := p.fenceLogins(ctx, true); err != nil {
+		return err
+	}
+	// The reload in setSystem also loads the login rules.
 	if err := p.setSystem(ctx, `ALTER SYSTEM SET default_transaction_read_only = on`, "on"); err != nil {
 		return err
 	}
@@ -126,7 +134,76 @@ func (p *postgres) Fence(ctx context.Context) error {
 }
 
 func (p *postgres) Unfence(ctx context.Context) error {
+	if err := p.fenceLogins(ctx, false); err != nil {
+		return err
+	}
 	return p.setSystem(ctx, `ALTER SYSTEM RESET default_transaction_read_only`, "off")
+}
+
+// The fence's rules in pg_hba.conf sit between these lines.
+const (
+	hbaFenceBegin = "# database-operator fence: begin (application logins refused)"
+	hbaFenceEnd   = "# database-operator fence: end"
+)
+
+// fenceLogins puts the fence's rules at the top of the server's
+// pg_hba.conf (on) or takes them out (off); the caller reloads. The server
+// rewrites its own file (COPY TO, as superuser), so it works wherever the
+// file is; the chart's start script writes it afresh from the
+// configuration at every start, so no fence outlives a restart. A role
+// whose name holds a double quote cannot be named in pg_hba.conf: its
+// sessions are still ended and default to read-only.
+func (p *postgres) fenceLogins(ctx context.Context, on bool) error {
+	var path, content string
+	if err := p.conn.QueryRow(ctx, `SELECT current_setting('hba_file'), pg_read_file(current_setting('hba_file'))`).Scan(&path, &content); err != nil {
+		return fmt.Errorf("PostgreSQL %s: reading pg_hba.conf: %w", p.ep, err)
+	}
+	lines := unfencedHBA(strings.Split(strings.TrimSuffix(content, "\n"), "\n"))
+	if on {
+		var roles []string
+		if err := p.conn.QueryRow(ctx, `SELECT coalesce(array_agg(rolname::text ORDER BY rolname), '{}') FROM pg_roles
+			WHERE rolcanlogin AND NOT rolsuper AND NOT rolreplication AND position('"' in rolname) = 0`).Scan(&roles); err != nil {
+			return fmt.Errorf("PostgreSQL %s: listing login roles: %w", p.ep, err)
+		}
+		if len(roles) > 0 {
+			users := `"` + strings.Join(roles, `","`) + `"`
+			lines = append([]string{hbaFenceBegin, "local all " + users + " reject", "host all " + users + " all reject", hbaFenceEnd}, lines...)
+		}
+	}
+	want := strings.Join(lines, "\n") + "\n"
+	if want == content {
+		return nil
+	}
+	quoted := make([]string, len(lines))
+	for i, l := range lines {
+		quoted[i] = sqlLiteral(l)
+	}
+	// One row per line; csv with delimiter and quote characters no line
+	// holds writes each line as it is (text format would escape tabs), an
+	// empty line as NULL (csv quotes an empty string).
+	stmt := `COPY (SELECT nullif(l, '') FROM unnest(ARRAY[` + strings.Join(quoted, ",") + `]::text[]) WITH ORDINALITY AS t(l, n) ORDER BY n) TO ` +
+		sqlLiteral(path) + ` WITH (FORMAT csv, DELIMITER E'\x01', QUOTE E'\x02')`
+	if _, err := p.conn.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("PostgreSQL %s: writing pg_hba.conf: %w", p.ep, err)
+	}
+	return nil
+}
+
+// unfencedHBA is pg_hba.conf's lines without the fence's rules.
+func unfencedHBA(lines []string) []string {
+	out := make([]string, 0, len(lines))
+	in := false
+	for _, l := range lines {
+		switch {
+		case l == hbaFenceBegin:
+			in = true
+		case l == hbaFenceEnd:
+			in = false
+		case !in:
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // setSystem runs an ALTER SYSTEM, reloads, and waits until new sessions see

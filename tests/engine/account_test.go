@@ -71,9 +71,14 @@ func TestApplicationAccount(t *testing.T) {
 		onPrimary        appWrite
 		onReplica        appWrite
 		readOnly         string // what the refusal says
+		// evade is what an application may try on a fenced primary to
+		// write anyway, and fenced what the refusal says.
+		evade, fenced string
 	}{
-		{"postgresql", pg.Instance(t), pgr.Instance(t), pgApp(pg), pgApp(pgr), "read-only transaction"},
-		{"mariadb", ma.Instance(t), mar.Instance(t), mariaApp(ma), mariaApp(mar), "read-only"},
+		{"postgresql", pg.Instance(t), pgr.Instance(t), pgApp(pg), pgApp(pgr), "read-only transaction",
+			"BEGIN READ WRITE; INSERT INTO orders VALUES (3); COMMIT", "pg_hba.conf rejects connection"},
+		{"mariadb", ma.Instance(t), mar.Instance(t), mariaApp(ma), mariaApp(mar), "read-only",
+			"INSERT INTO orders VALUES (3)", "read-only"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -101,12 +106,19 @@ func TestApplicationAccount(t *testing.T) {
 			if err := c.primary.Fence(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.onPrimary(ctx, acct.Password, "INSERT INTO orders VALUES (3)"); err == nil || !strings.Contains(err.Error(), c.readOnly) {
-				t.Errorf("an application write on a fenced primary: %v, want it refused (%s)", err, c.readOnly)
+			for _, stmt := range []string{"INSERT INTO orders VALUES (3)", c.evade} {
+				if err := c.onPrimary(ctx, acct.Password, stmt); err == nil || !strings.Contains(err.Error(), c.fenced) {
+					t.Errorf("an application's %q on a fenced primary: %v, want it refused (%s)", stmt, err, c.fenced)
+				}
+			}
+			// Twice: it is idempotent.
+			if err := c.primary.Fence(ctx); err != nil {
+				t.Fatal(err)
 			}
 			if err := c.primary.Unfence(ctx); err != nil {
 				t.Fatal(err)
 			}
+			eventuallyErr(t, func() error { return c.onPrimary(ctx, acct.Password, "INSERT INTO orders VALUES (3)") })
 			// Rotation.
 			next := acct
 			next.Password = "second-Password-2"

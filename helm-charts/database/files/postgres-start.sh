@@ -105,4 +105,13 @@ done
 
 prepare_data
 
+# pg_hba.conf is read from the volume (hba_file in the configuration), a
+# fresh copy of the configuration's at every start: the operator fences a
+# primary by adding rules to it, and no fence outlives a restart.
+if [ -n "$config_file" ] && [ -f "$(dirname "$config_file")/pg_hba.conf" ]; then
+	cp "$(dirname "$config_file")/pg_hba.conf" "$volume/pg_hba.conf.new"
+	chmod 0600 "$volume/pg_hba.conf.new"
+	mv "$volume/pg_hba.conf.new" "$volume/pg_hba.conf"
+fi
+
 exec postgres -D "$PGDATA" "$@"
