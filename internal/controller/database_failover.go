@@ -36,6 +36,9 @@ type InstanceConnector struct {
 	Client  client.Reader
 	Resolve Resolver
 	Timeout time.Duration // per connection attempt
+	// Open connects to a server; nil is engine.Open. Unit tests give
+	// servers whose answers they script.
+	Open func(context.Context, dbv1.Engine, engine.Endpoint, engine.Credentials, engine.Options) (engine.Instance, error)
 }
 
 func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database) (engine.Credentials, error) {
@@ -59,7 +62,11 @@ func (c *InstanceConnector) open(ctx context.Context, db *dbv1.Database, pod *co
 	if timeout <= 0 {
 		timeout = 3 * time.Second
 	}
-	return engine.Open(ctx, db.Spec.Engine, ep, creds, engine.Options{ConnectTimeout: timeout})
+	dial := c.Open
+	if dial == nil {
+		dial = engine.Open
+	}
+	return dial(ctx, db.Spec.Engine, ep, creds, engine.Options{ConnectTimeout: timeout})
 }
 
 func failoverDelay(db *dbv1.Database) time.Duration {

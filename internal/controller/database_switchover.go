@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
@@ -61,26 +62,24 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	}
 	defer next.Close()
 
-	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switchover", "Moving the primary from %s to %s", current, target)
-	if err := old.Fence(ctx); err != nil {
-		return fmt.Errorf("switchover to %s: fencing %s: %w", target, current, err)
-	}
-	final, err := old.Status(ctx)
+	nst, err := next.Status(ctx)
 	if err != nil {
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("reading %s's final position: %w", current, err))
+		return fmt.Errorf("switchover to %s: reading it: %w", target, err)
 	}
-	if err := waitReached(ctx, next, final.Applied); err != nil {
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err))
-	}
-	if err := r.recordPrimary(ctx, db, target); err != nil {
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("recording %s as the primary: %w", target, err))
-	}
-	if err := next.Promote(ctx); err != nil {
-		// The topology names the target already; the retry promotes it.
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("promoting %s: %w", target, err))
+	if nst.Role == engine.RolePrimary && !nst.ReadOnly {
+		// An earlier reconcile's promotion went through after all (see
+		// failedPromotion): finish that switchover, never undo it.
+		if err := old.Fence(ctx); err != nil {
+			return fmt.Errorf("switchover to %s: %s is promoted; fencing %s: %w", target, target, current, err)
+		}
+		if err := r.recordPrimary(ctx, db, target); err != nil {
+			return fmt.Errorf("switchover to %s: recording it as the primary: %w", target, err)
+		}
+		r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary (promoted by an earlier attempt); %s stays fenced", target, current)
+	} else if err := r.switchTo(ctx, db, old, next, current, target); err != nil {
+		return err
 	}
 	obs.promoted = target
-	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary, at %s", target, final.Applied)
 
 	endpoint, err := r.Instances.endpoint(ctx, db, targetPod)
 	if err != nil {
@@ -114,6 +113,30 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	return nil
 }
 
+// switchTo fences the current primary, waits for the target to apply all
+// it wrote, records the target as the primary and promotes it.
+func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, old, next engine.Instance, current, target string) error {
+	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switchover", "Moving the primary from %s to %s", current, target)
+	if err := old.Fence(ctx); err != nil {
+		return fmt.Errorf("switchover to %s: fencing %s: %w", target, current, err)
+	}
+	final, err := old.Status(ctx)
+	if err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("reading %s's final position: %w", current, err))
+	}
+	if err := waitReached(ctx, next, final.Applied); err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err))
+	}
+	if err := r.recordPrimary(ctx, db, target); err != nil {
+		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("recording %s as the primary: %w", target, err))
+	}
+	if err := next.Promote(ctx); err != nil {
+		return r.failedPromotion(ctx, db, old, next, current, target, err)
+	}
+	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary, at %s", target, final.Applied)
+	return nil
+}
+
 // abandonSwitchover lets the old primary take writes again and reports why
 // the switchover did not happen.
 func (r *DatabaseReconciler) abandonSwitchover(ctx context.Context, db *dbv1.Database, old engine.Instance, cause error) error {
@@ -122,6 +145,32 @@ func (r *DatabaseReconciler) abandonSwitchover(ctx context.Context, db *dbv1.Dat
 	}
 	r.event(db, corev1.EventTypeWarning, "SwitchoverAbandoned", "Switchover", "%v; the current primary takes writes again", cause)
 	return fmt.Errorf("switchover abandoned: %w", cause)
+}
+
+// failedPromotion decides what a Promote that returned an error leaves: a
+// promotion may have gone through all the same (pg_promote that timed out
+// while the server went on). Only a target that answers as a read-only
+// replica was surely not promoted: then the topology names the old primary
+// again and it is unfenced. Otherwise the old primary stays fenced and the
+// topology keeps the target: the next reconcile rolls forward (Promote of
+// a promoted server does nothing), never back to two writable servers.
+func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Database, old, next engine.Instance, current, target string, cause error) error {
+	cause = fmt.Errorf("promoting %s: %w", target, cause)
+	st, err := next.Status(ctx)
+	if err == nil && st.Role == engine.RoleReplica && st.ReadOnly {
+		if err := r.recordPrimary(ctx, db, current); err != nil {
+			return fmt.Errorf("switchover: %w; naming %s the primary again failed too, so it stays fenced: %v", cause, current, err)
+		}
+		return r.abandonSwitchover(ctx, db, old, cause)
+	}
+	state := "does not answer"
+	if err == nil {
+		state = fmt.Sprintf("answers as %s (read-only %t)", st.Role, st.ReadOnly)
+	}
+	log.FromContext(ctx).Info("promotion failed and may have happened: the old primary stays fenced", "target", target, "old", current, "error", cause.Error())
+	r.event(db, corev1.EventTypeWarning, "SwitchoverIncomplete", "Switchover",
+		"%v; %s %s, so it may be promoted: %s stays fenced and the switchover is retried (never undone)", cause, target, state, current)
+	return fmt.Errorf("switchover incomplete: %w", cause)
 }
 
 // waitReached waits until inst has applied pos.

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// scriptedServer is a server whose answers a test sets: its role, whether
+// it refuses writes, its position, and what Promote does.
+type scriptedServer struct {
+	mu       sync.Mutex
+	role     engine.Role
+	readOnly bool
+	applied  engine.LSN
+	// promoteErr is what Promote returns; promoteTakes says whether the
+	// server is promoted all the same (a pg_promote that timed out).
+	promoteErr   error
+	promoteTakes bool
+	calls        []string
+}
+
+type scriptedInstance struct {
+	fakeInstance
+	s *scriptedServer
+}
+
+func (i scriptedInstance) Status(context.Context) (engine.Status, error) {
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	return engine.Status{Role: i.s.role, ReadOnly: i.s.readOnly, Applied: engine.Position{LSN: i.s.applied}, Received: engine.Position{LSN: i.s.applied}}, nil
+}
+
+func (i scriptedInstance) do(call string, f func()) {
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	i.s.calls = append(i.s.calls, call)
+	f()
+}
+
+func (i scriptedInstance) Fence(context.Context) error {
+	i.do("fence", func() { i.s.readOnly = true })
+	return nil
+}
+
+func (i scriptedInstance) Unfence(context.Context) error {
+	i.do("unfence", func() { i.s.readOnly = false })
+	return nil
+}
+
+func (i scriptedInstance) Promote(context.Context) error {
+	var err error
+	i.do("promote", func() {
+		if i.s.promoteErr == nil || i.s.promoteTakes {
+			i.s.role, i.s.readOnly = engine.RolePrimary, false
+		}
+		err = i.s.promoteErr
+	})
+	return err
+}
+
+func (i scriptedInstance) Follow(context.Context, engine.Endpoint, engine.Credentials) error {
+	i.do("follow", func() {})
+	return nil
+}
+
+func (i scriptedInstance) Close() error { return nil }
+
+// scriptedConnector reaches servers[pod name].
+func scriptedConnector(c client.Reader, servers map[string]*scriptedServer) *InstanceConnector {
+	return &InstanceConnector{
+		Client: c,
+		Resolve: func(_ context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error) {
+			return engine.Endpoint{Host: pod.Name, Port: port}, nil
+		},
+		Open: func(_ context.Context, _ dbv1.Engine, ep engine.Endpoint, _ engine.Credentials, _ engine.Options) (engine.Instance, error) {
+			s, ok := servers[ep.Host]
+			if !ok {
+				return nil, fmt.Errorf("no server at %s", ep)
+			}
+			return scriptedInstance{s: s}, nil
+		},
+	}
+}
+
+// TestSwitchoverNeverUndoesAPromotion: a Promote that returns an error may
+// have promoted the target all the same. The old primary must then stay
+// fenced (unfencing it makes two writable primaries) and the next reconcile
+// finish the switchover; only a target that answers as a read-only replica
+// lets the switchover be abandoned and the old primary take writes again.
+func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		promoteTakes bool
+	}{
+		{"the promotion went through", true},
+		{"the promotion did not happen", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = 2
+				db.Spec.Primary = "orders-1"
+				db.Status.CurrentPrimary = "orders-0"
+				db.Finalizers = []string{Finalizer}
+			})
+			objs := []client.Object{db}
+			for i := range 2 {
+				objs = append(objs, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
+					Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+				})
+			}
+			servers := map[string]*scriptedServer{
+				"orders-0": {role: engine.RolePrimary, applied: 100},
+				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100,
+					promoteErr: errors.New("timed out waiting for promotion"), promoteTakes: tt.promoteTakes},
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, objs...)
+			r.Instances = scriptedConnector(c, servers)
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+			topology := func() string {
+				cm := &corev1.ConfigMap{}
+				if err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm); err != nil {
+					t.Fatal(err)
+				}
+				return cm.Data[topologyPrimaryKey]
+			}
+
+			_, err := r.Reconcile(ctx, req)
+			old := servers["orders-0"]
+			if !tt.promoteTakes {
+				if err == nil || !strings.Contains(err.Error(), "abandoned") {
+					t.Errorf("reconcile: %v, want the switchover abandoned", err)
+				}
+				if !slices.Contains(old.calls, "unfence") || old.readOnly {
+					t.Errorf("the old primary was not unfenced (calls %v)", old.calls)
+				}
+				if got := topology(); got != "orders-0" {
+					t.Errorf("topology names %s the primary, want orders-0 again", got)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "incomplete") {
+				t.Errorf("reconcile: %v, want the switchover incomplete", err)
+			}
+			if slices.Contains(old.calls, "unfence") || !old.readOnly {
+				t.Fatalf("the old primary was unfenced while the target may be promoted (calls %v): two writable primaries", old.calls)
+			}
+			if got := topology(); got != "orders-1" {
+				t.Errorf("topology names %s the primary, want orders-1 (rolling forward)", got)
+			}
+
+			// The next reconcile finishes it.
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			got := &dbv1.Database{}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.CurrentPrimary != "orders-1" {
+				t.Errorf("currentPrimary %s after the retry, want orders-1", got.Status.CurrentPrimary)
+			}
+			if slices.Contains(old.calls, "unfence") || !old.readOnly {
+				t.Errorf("the old primary was unfenced (calls %v)", old.calls)
+			}
+		})
+	}
+}
