@@ -91,15 +91,10 @@ func (r *DatabaseReconciler) reconcileAppAccount(ctx context.Context, db *dbv1.D
 	if pod == nil {
 		return nil // no serving primary now; the next reconcile sets it
 	}
-	creds, err := r.Instances.credentials(ctx, db)
-	if err != nil {
-		return err
-	}
-	inst, err := r.Instances.open(ctx, db, pod, creds)
+	inst, err := obs.instances.get(ctx, pod)
 	if err != nil {
 		return fmt.Errorf("setting the application account: %w", err)
 	}
-	defer inst.Close()
 	st, err := inst.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("setting the application account: %w", err)

@@ -93,6 +93,10 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	obs := &observed{}
+	if r.Instances != nil {
+		obs.instances = newInstanceSet(r.Instances, db)
+		defer obs.instances.close()
+	}
 	for _, p := range []phase{
 		{"Credentials", r.reconcileCredentials, true},
 		{"Apply", r.reconcileObjects, true},

@@ -10,64 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
 )
-
-// Resolver maps an instance pod to the address its server listens on. In a
-// cluster that is the pod IP; tests map pods to local servers. It is the
-// one seam between the operator and where instances run.
-type Resolver func(ctx context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error)
-
-// PodIPResolver reaches instances at their pod IP.
-func PodIPResolver(_ context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error) {
-	if pod.Status.PodIP == "" {
-		return engine.Endpoint{}, fmt.Errorf("pod %s has no IP", pod.Name)
-	}
-	return engine.Endpoint{Host: pod.Status.PodIP, Port: port}, nil
-}
-
-// InstanceConnector opens engine connections to a Database's pods with the
-// credentials from its Secret.
-type InstanceConnector struct {
-	Client  client.Reader
-	Resolve Resolver
-	Timeout time.Duration // per connection attempt
-	// Open connects to a server; nil is engine.Open. Unit tests give
-	// servers whose answers they script.
-	Open func(context.Context, dbv1.Engine, engine.Endpoint, engine.Credentials, engine.Options) (engine.Instance, error)
-}
-
-func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database) (engine.Credentials, error) {
-	s := &corev1.Secret{}
-	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}, s); err != nil {
-		return engine.Credentials{}, fmt.Errorf("reading credentials: %w", err)
-	}
-	return engine.Credentials{User: string(s.Data[corev1.BasicAuthUsernameKey]), Password: string(s.Data[corev1.BasicAuthPasswordKey])}, nil
-}
-
-func (c *InstanceConnector) endpoint(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (engine.Endpoint, error) {
-	return c.Resolve(ctx, pod, int(enginePort(db.Spec.Engine)))
-}
-
-func (c *InstanceConnector) open(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, creds engine.Credentials) (engine.Instance, error) {
-	ep, err := c.endpoint(ctx, db, pod)
-	if err != nil {
-		return nil, err
-	}
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 3 * time.Second
-	}
-	dial := c.Open
-	if dial == nil {
-		dial = engine.Open
-	}
-	return dial(ctx, db.Spec.Engine, ep, creds, engine.Options{ConnectTimeout: timeout})
-}
 
 func failoverDelay(db *dbv1.Database) time.Duration {
 	if d := db.Spec.Failover.DelaySeconds; d != nil {
@@ -116,14 +63,13 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		}
 		return nil
 	}
-	creds, err := r.Instances.credentials(ctx, db)
+	creds, err := obs.instances.credentials(ctx)
 	if err != nil {
 		return err
 	}
 	if primaryPod != nil {
-		if inst, err := r.Instances.open(ctx, db, primaryPod, creds); err == nil {
+		if inst, err := obs.instances.get(ctx, primaryPod); err == nil {
 			st, err := inst.Status(ctx)
-			_ = inst.Close()
 			if err == nil && st.Role == engine.RolePrimary && !st.ReadOnly {
 				return nil // the pod is unready but the server still serves writes
 			}
@@ -155,11 +101,6 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	logger := log.FromContext(ctx)
 	primary := db.Status.CurrentPrimary
 	var cands []candidate
-	defer func() {
-		for _, c := range cands {
-			_ = c.inst.Close()
-		}
-	}()
 	var unreachable []string
 	// Sort a copy: primaryPod points into the caller's slice.
 	pods = slices.Clone(pods)
@@ -169,14 +110,13 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		if pod.Name == primary || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		inst, err := r.Instances.open(ctx, db, pod, creds)
+		inst, err := obs.instances.get(ctx, pod)
 		if err != nil {
 			unreachable = append(unreachable, pod.Name)
 			continue
 		}
 		st, err := inst.Status(ctx)
 		if err != nil {
-			_ = inst.Close()
 			unreachable = append(unreachable, pod.Name)
 			continue
 		}
@@ -213,11 +153,9 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	if primaryPod != nil {
 		// Fence what may still run of the old primary, so it takes no write
 		// once another is promoted. Unreachable is the usual case.
-		if inst, err := r.Instances.open(ctx, db, primaryPod, creds); err == nil {
-			ferr := inst.Fence(ctx)
-			_ = inst.Close()
-			if ferr != nil {
-				return fmt.Errorf("fencing old primary %s before promotion: %w", primary, ferr)
+		if inst, err := obs.instances.get(ctx, primaryPod); err == nil {
+			if err := inst.Fence(ctx); err != nil {
+				return fmt.Errorf("fencing old primary %s before promotion: %w", primary, err)
 			}
 		}
 	}
@@ -234,7 +172,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(db), why),
 	}
 
-	newPrimary, err := r.Instances.endpoint(ctx, db, best.pod)
+	newPrimary, err := obs.instances.endpoint(ctx, best.pod)
 	if err != nil {
 		return err
 	}

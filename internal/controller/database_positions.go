@@ -63,16 +63,11 @@ func (r *DatabaseReconciler) samplePrimary(ctx context.Context, db *dbv1.Databas
 	if r.Positions == nil {
 		return
 	}
-	creds, err := r.Instances.credentials(ctx, db)
-	if err != nil {
-		return
-	}
-	inst, err := r.Instances.open(ctx, db, pod, creds)
+	inst, err := obs.instances.get(ctx, pod)
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("cannot sample the primary's position", "pod", pod.Name, "error", err.Error())
 		return
 	}
-	defer inst.Close()
 	st, err := inst.Status(ctx)
 	if err != nil || st.Role != engine.RolePrimary {
 		return

@@ -37,16 +37,15 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	if primaryPod == nil || !podReady(primaryPod) {
 		return nil // nothing to follow yet: failover's concern
 	}
-	creds, err := r.Instances.credentials(ctx, db)
+	creds, err := obs.instances.credentials(ctx)
 	if err != nil {
 		return err
 	}
-	target, err := r.Instances.endpoint(ctx, db, primaryPod)
+	target, err := obs.instances.endpoint(ctx, primaryPod)
 	if err != nil {
 		return nil // the primary cannot be reached (no address yet): nothing to follow
 	}
 	p := &rejoin{r: r, db: db, obs: obs, creds: creds, primaryPod: primaryPod, primaryEP: target}
-	defer p.close()
 	var errs []error
 	for i := range pods {
 		pod := &pods[i]
@@ -68,21 +67,13 @@ type rejoin struct {
 	creds      engine.Credentials
 	primaryPod *corev1.Pod
 	primaryEP  engine.Endpoint
-	primary    engine.Instance // opened when first needed
-}
-
-func (p *rejoin) close() {
-	if p.primary != nil {
-		_ = p.primary.Close()
-	}
 }
 
 func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
-	inst, err := p.r.Instances.open(ctx, p.db, pod, p.creds)
+	inst, err := p.obs.instances.get(ctx, pod)
 	if err != nil {
 		return nil // unreachable: nothing to decide about it now
 	}
-	defer inst.Close()
 	st, err := inst.Status(ctx)
 	if err != nil {
 		return nil
@@ -115,14 +106,11 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 		p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind) and start it as a standby")
 		return nil
 	}
-	if p.primary == nil {
-		prim, err := p.r.Instances.open(ctx, p.db, p.primaryPod, p.creds)
-		if err != nil {
-			return fmt.Errorf("reaching primary %s: %w", primary, err)
-		}
-		p.primary = prim
+	prim, err := p.obs.instances.get(ctx, p.primaryPod)
+	if err != nil {
+		return fmt.Errorf("reaching primary %s: %w", primary, err)
 	}
-	pst, err := p.primary.Status(ctx)
+	pst, err := prim.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("reading primary %s: %w", primary, err)
 	}

@@ -49,6 +49,10 @@ type observed struct {
 	restoring bool
 	restored  *metav1.Condition
 
+	// instances are the reconcile's connections to the servers (nil
+	// without an InstanceConnector).
+	instances *instanceSet
+
 	// primaryCheck is what the primary's server said (verifyPrimary).
 	primaryCheck primaryCheck
 

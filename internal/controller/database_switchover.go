@@ -47,20 +47,18 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	if currentPod == nil {
 		return fmt.Errorf("switchover to %s: current primary %s has no pod (failover handles a lost primary)", target, current)
 	}
-	creds, err := r.Instances.credentials(ctx, db)
+	creds, err := obs.instances.credentials(ctx)
 	if err != nil {
 		return err
 	}
-	old, err := r.Instances.open(ctx, db, currentPod, creds)
+	old, err := obs.instances.get(ctx, currentPod)
 	if err != nil {
 		return fmt.Errorf("switchover to %s: reaching current primary %s: %w", target, current, err)
 	}
-	defer old.Close()
-	next, err := r.Instances.open(ctx, db, targetPod, creds)
+	next, err := obs.instances.get(ctx, targetPod)
 	if err != nil {
 		return fmt.Errorf("switchover to %s: %w", target, err)
 	}
-	defer next.Close()
 
 	nst, err := next.Status(ctx)
 	if err != nil {
@@ -81,7 +79,7 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	}
 	obs.promoted = target
 
-	endpoint, err := r.Instances.endpoint(ctx, db, targetPod)
+	endpoint, err := obs.instances.endpoint(ctx, targetPod)
 	if err != nil {
 		return err
 	}
@@ -91,13 +89,12 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 		if pod.Name == target || !podReady(pod) && pod.Name != current {
 			continue
 		}
-		inst, err := r.Instances.open(ctx, db, pod, creds)
+		inst, err := obs.instances.get(ctx, pod)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
 			continue
 		}
 		err = inst.Follow(ctx, endpoint, creds)
-		_ = inst.Close()
 		switch {
 		case errors.Is(err, engine.ErrNotInRecovery):
 			// A PostgreSQL primary becomes a standby only through a restart:

@@ -43,15 +43,10 @@ func (r *DatabaseReconciler) verifyPrimary(ctx context.Context, db *dbv1.Databas
 		}
 		ctx, cancel := context.WithTimeout(ctx, verifyTimeout)
 		defer cancel()
-		creds, err := r.Instances.credentials(ctx, db)
+		inst, err := obs.instances.get(ctx, pod)
 		if err != nil {
 			return primaryCheck{detail: err.Error()}
 		}
-		inst, err := r.Instances.open(ctx, db, pod, creds)
-		if err != nil {
-			return primaryCheck{detail: err.Error()}
-		}
-		defer inst.Close()
 		st, err := inst.Status(ctx)
 		switch {
 		case err != nil:

@@ -22,6 +22,15 @@ const (
 type bounded struct {
 	Instance
 	call, wait time.Duration
+	onError    func(error)
+}
+
+// done reports a failed call to onError and returns its error.
+func (b bounded) done(err error) error {
+	if err != nil && b.onError != nil {
+		b.onError(err)
+	}
+	return err
 }
 
 func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -31,59 +40,63 @@ func within(ctx context.Context, d time.Duration) (context.Context, context.Canc
 func (b bounded) Status(ctx context.Context) (Status, error) {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.Status(ctx)
+	v, err := b.Instance.Status(ctx)
+	return v, b.done(err)
 }
 
 func (b bounded) Fence(ctx context.Context) error {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.Fence(ctx)
+	return b.done(b.Instance.Fence(ctx))
 }
 
 func (b bounded) Unfence(ctx context.Context) error {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.Unfence(ctx)
+	return b.done(b.Instance.Unfence(ctx))
 }
 
 func (b bounded) Promote(ctx context.Context) error {
 	ctx, cancel := within(ctx, b.wait)
 	defer cancel()
-	return b.Instance.Promote(ctx)
+	return b.done(b.Instance.Promote(ctx))
 }
 
 func (b bounded) Follow(ctx context.Context, primary Endpoint, replication Credentials) error {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.Follow(ctx, primary, replication)
+	return b.done(b.Instance.Follow(ctx, primary, replication))
 }
 
 func (b bounded) WaitApplied(ctx context.Context) error {
 	ctx, cancel := within(ctx, b.wait)
 	defer cancel()
-	return b.Instance.WaitApplied(ctx)
+	return b.done(b.Instance.WaitApplied(ctx))
 }
 
 func (b bounded) ServerVersion(ctx context.Context) (string, error) {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.ServerVersion(ctx)
+	v, err := b.Instance.ServerVersion(ctx)
+	return v, b.done(err)
 }
 
 func (b bounded) Databases(ctx context.Context) ([]string, error) {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.Databases(ctx)
+	v, err := b.Instance.Databases(ctx)
+	return v, b.done(err)
 }
 
 func (b bounded) Empty(ctx context.Context) (bool, error) {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.Empty(ctx)
+	v, err := b.Instance.Empty(ctx)
+	return v, b.done(err)
 }
 
 func (b bounded) EnsureAccount(ctx context.Context, a Account) error {
 	ctx, cancel := within(ctx, b.call)
 	defer cancel()
-	return b.Instance.EnsureAccount(ctx, a)
+	return b.done(b.Instance.EnsureAccount(ctx, a))
 }

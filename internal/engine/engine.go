@@ -140,6 +140,10 @@ type Options struct {
 	// CallTimeout bounds each call; WaitTimeout the calls that wait for
 	// the server to apply what it received (WaitApplied, Promote).
 	CallTimeout, WaitTimeout time.Duration
+	// OnError, when set, is called with the error of every call that
+	// fails: a caller that keeps the Instance for later calls drops it
+	// then (a call that timed out leaves the connection unusable).
+	OnError func(error)
 }
 
 // Open connects to an instance of the given engine. The Instance it
@@ -168,7 +172,7 @@ func Open(ctx context.Context, engine dbv1.Engine, ep Endpoint, creds Credential
 	if err != nil {
 		return nil, err
 	}
-	return bounded{Instance: inst, call: opts.CallTimeout, wait: opts.WaitTimeout}, nil
+	return bounded{Instance: inst, call: opts.CallTimeout, wait: opts.WaitTimeout, onError: opts.OnError}, nil
 }
 
 func (o Options) withDefaults() Options {

@@ -1,0 +1,134 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// Resolver maps an instance pod to the address its server listens on. In a
+// cluster that is the pod IP; tests map pods to local servers. It is the
+// one seam between the operator and where instances run.
+type Resolver func(ctx context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error)
+
+// PodIPResolver reaches instances at their pod IP.
+func PodIPResolver(_ context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error) {
+	if pod.Status.PodIP == "" {
+		return engine.Endpoint{}, fmt.Errorf("pod %s has no IP", pod.Name)
+	}
+	return engine.Endpoint{Host: pod.Status.PodIP, Port: port}, nil
+}
+
+// InstanceConnector opens engine connections to a Database's pods with the
+// credentials from its Secret.
+type InstanceConnector struct {
+	Client  client.Reader
+	Resolve Resolver
+	Timeout time.Duration // per connection attempt
+	// Open connects to a server; nil is engine.Open. Unit tests give
+	// servers whose answers they script.
+	Open func(context.Context, dbv1.Engine, engine.Endpoint, engine.Credentials, engine.Options) (engine.Instance, error)
+}
+
+func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database) (engine.Credentials, error) {
+	s := &corev1.Secret{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}, s); err != nil {
+		return engine.Credentials{}, fmt.Errorf("reading credentials: %w", err)
+	}
+	return engine.Credentials{User: string(s.Data[corev1.BasicAuthUsernameKey]), Password: string(s.Data[corev1.BasicAuthPasswordKey])}, nil
+}
+
+func (c *InstanceConnector) endpoint(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (engine.Endpoint, error) {
+	return c.Resolve(ctx, pod, int(enginePort(db.Spec.Engine)))
+}
+
+func (c *InstanceConnector) open(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, creds engine.Credentials, onError func(error)) (engine.Instance, error) {
+	ep, err := c.endpoint(ctx, db, pod)
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	dial := c.Open
+	if dial == nil {
+		dial = engine.Open
+	}
+	return dial(ctx, db.Spec.Engine, ep, creds, engine.Options{ConnectTimeout: timeout, OnError: onError})
+}
+
+// instanceSet is one reconcile's connections to its Database's servers,
+// in the manner of mariadb-operator's clientset: the phases share them
+// instead of each dialling its own. A server is dialled at its first use
+// and every connection is closed when the reconcile ends. A connection
+// whose call failed is not handed out again (a call that timed out leaves
+// it unusable): the next use dials afresh. A server that could not be
+// dialled is not dialled again in the same reconcile: a hung server costs
+// one connect timeout per reconcile, not one per phase.
+type instanceSet struct {
+	connector *InstanceConnector
+	db        *dbv1.Database
+	creds     *engine.Credentials
+	conns     map[string]engine.Instance
+	unreached map[string]error
+	all       []engine.Instance // to close, dropped ones included
+}
+
+func newInstanceSet(c *InstanceConnector, db *dbv1.Database) *instanceSet {
+	return &instanceSet{connector: c, db: db, conns: map[string]engine.Instance{}, unreached: map[string]error{}}
+}
+
+// credentials are the superuser's, read once per reconcile.
+func (s *instanceSet) credentials(ctx context.Context) (engine.Credentials, error) {
+	if s.creds == nil {
+		creds, err := s.connector.credentials(ctx, s.db)
+		if err != nil {
+			return engine.Credentials{}, err
+		}
+		s.creds = &creds
+	}
+	return *s.creds, nil
+}
+
+func (s *instanceSet) endpoint(ctx context.Context, pod *corev1.Pod) (engine.Endpoint, error) {
+	return s.connector.endpoint(ctx, s.db, pod)
+}
+
+// get returns the connection to pod's server, dialling it if need be.
+// The set owns it: callers do not close it.
+func (s *instanceSet) get(ctx context.Context, pod *corev1.Pod) (engine.Instance, error) {
+	key := pod.Name + "/" + string(pod.UID) // a pod recreated under the same name is another server
+	if inst, ok := s.conns[key]; ok {
+		return inst, nil
+	}
+	if err, ok := s.unreached[key]; ok {
+		return nil, err
+	}
+	creds, err := s.credentials(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := s.connector.open(ctx, s.db, pod, creds, func(error) { delete(s.conns, key) })
+	if err != nil {
+		s.unreached[key] = err
+		return nil, err
+	}
+	s.conns[key] = inst
+	s.all = append(s.all, inst)
+	return inst, nil
+}
+
+// close ends every connection the reconcile opened.
+func (s *instanceSet) close() {
+	for _, inst := range s.all {
+		_ = inst.Close()
+	}
+	s.conns, s.all = map[string]engine.Instance{}, nil
+}
