@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
@@ -102,13 +103,14 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 		p.r.event(p.db, corev1.EventTypeWarning, "FormerPrimaryFenced", "Fence",
 			"%s runs as a writable primary while %s is the primary: fenced it (read-only)", pod.Name, primary)
 	}
-	if p.db.Spec.Engine == dbv1.EnginePostgreSQL {
-		p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind) and start it as a standby")
-		return nil
-	}
 	prim, err := p.obs.instances.get(ctx, p.primaryPod)
 	if err != nil {
 		return fmt.Errorf("reaching primary %s: %w", primary, err)
+	}
+	if p.db.Spec.Engine == dbv1.EnginePostgreSQL {
+		p.reportDiverged(ctx, pod, prim, st)
+		p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind) and start it as a standby")
+		return nil
 	}
 	pst, err := prim.Status(ctx)
 	if err != nil {
@@ -138,4 +140,23 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 		pod.Name, primary, st.Applied, pst.Applied, primary, token)
 	p.obs.restartPod(pod, "rebuild it from "+primary)
 	return nil
+}
+
+// reportDiverged says, before a former PostgreSQL primary is rewound, which
+// of its WAL the new primary never received: pg_rewind discards it from
+// the data directory (the start script keeps a copy aside on the volume).
+// Nothing is said when it holds nothing past the fork point.
+func (p *rejoin) reportDiverged(ctx context.Context, pod *corev1.Pod, prim engine.Instance, st engine.Status) {
+	fork, forked, err := prim.ForkPoint(ctx, st.Applied.Timeline)
+	switch {
+	case err != nil:
+		p.r.event(p.db, corev1.EventTypeWarning, "DivergedWritesSetAside", "Rewind",
+			"%s is at %s; where its timeline forked from %s's is unknown (%v): any WAL past that point is discarded by the rewind and kept aside on its volume (diverged-wal-<time>)",
+			pod.Name, st.Applied, p.primaryPod.Name, err)
+	case forked && st.Applied.LSN > fork.LSN:
+		log.FromContext(ctx).Info("former primary holds diverged WAL", "pod", pod.Name, "from", fork.String(), "to", st.Applied.String())
+		p.r.event(p.db, corev1.EventTypeWarning, "DivergedWritesSetAside", "Rewind",
+			"%s wrote WAL %s to %s on timeline %d that %s never received (promoted at %s): the rewind discards those writes from its data directory; its start script keeps that WAL aside on the volume (diverged-wal-<time>, readable with pg_waldump)",
+			pod.Name, fork.LSN, st.Applied.LSN, st.Applied.Timeline, p.primaryPod.Name, fork.LSN)
+	}
 }

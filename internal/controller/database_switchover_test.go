@@ -76,6 +76,11 @@ func (i scriptedInstance) Follow(context.Context, engine.Endpoint, engine.Creden
 	return nil
 }
 
+// ForkPoint: the scripted servers share one timeline.
+func (i scriptedInstance) ForkPoint(context.Context, uint32) (engine.Position, bool, error) {
+	return engine.Position{}, false, nil
+}
+
 func (i scriptedInstance) Close() error { return nil }
 
 // scriptedConnector reaches servers[pod name].

@@ -100,3 +100,10 @@ func (b bounded) EnsureAccount(ctx context.Context, a Account) error {
 	defer cancel()
 	return b.done(b.Instance.EnsureAccount(ctx, a))
 }
+
+func (b bounded) ForkPoint(ctx context.Context, tli uint32) (Position, bool, error) {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	v, ok, err := b.Instance.ForkPoint(ctx, tli)
+	return v, ok, b.done(err)
+}

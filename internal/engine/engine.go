@@ -125,7 +125,16 @@ type Instance interface {
 	// EnsureAccount creates or updates the application account and its
 	// database (on the primary; replicas get it by replication).
 	EnsureAccount(ctx context.Context, a Account) error
+	// ForkPoint is where this server's history left timeline tli (asked
+	// of a promoted PostgreSQL primary about its old primary's timeline):
+	// a server on tli beyond that point holds WAL this one never had.
+	// ok is false when this server is still on tli. MySQL and MariaDB
+	// have no timelines (GTID sets show divergence): ErrNoTimelines.
+	ForkPoint(ctx context.Context, tli uint32) (fork Position, ok bool, err error)
 }
+
+// ErrNoTimelines: the engine keeps no timeline history (MySQL, MariaDB).
+var ErrNoTimelines = errors.New("the engine has no timelines")
 
 // ErrDiverged means two positions cannot be ordered: each has data the
 // other lacks. A replica in that state cannot follow; it must be rebuilt.

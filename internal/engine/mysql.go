@@ -337,6 +337,10 @@ func (m *mysqlFamily) WaitApplied(ctx context.Context) error {
 
 func (m *mysqlFamily) Compare(a, b Position) (int, error) { return m.d.compare(a.GTID, b.GTID) }
 
+func (m *mysqlFamily) ForkPoint(context.Context, uint32) (Position, bool, error) {
+	return Position{}, false, ErrNoTimelines
+}
+
 func (m *mysqlFamily) Lag(replica, primary Position) (int64, error) {
 	return m.d.lag(replica.GTID, primary.GTID)
 }

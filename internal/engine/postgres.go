@@ -300,6 +300,41 @@ func (p *postgres) WaitApplied(ctx context.Context) error {
 }
 
 // Compare orders by timeline, then WAL location.
+// ForkPoint reads the server's timeline history file (pg_wal/<TLI>.history
+// of its current timeline, one line per ancestor: parent timeline, the
+// LSN where it was left, why).
+func (p *postgres) ForkPoint(ctx context.Context, tli uint32) (Position, bool, error) {
+	st, err := p.Status(ctx)
+	if err != nil {
+		return Position{}, false, err
+	}
+	current := st.Applied.Timeline
+	if current == tli {
+		return Position{}, false, nil
+	}
+	var history string
+	name := fmt.Sprintf("pg_wal/%08X.history", current)
+	if err := p.conn.QueryRow(ctx, `SELECT pg_read_file($1)`, name).Scan(&history); err != nil {
+		return Position{}, false, fmt.Errorf("PostgreSQL %s: reading %s: %w", p.ep, name, err)
+	}
+	for _, line := range strings.Split(history, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		parent, err := strconv.ParseUint(f[0], 10, 32)
+		if err != nil || uint32(parent) != tli {
+			continue
+		}
+		lsn, err := ParseLSN(f[1])
+		if err != nil {
+			return Position{}, false, fmt.Errorf("PostgreSQL %s: %s: %w", p.ep, name, err)
+		}
+		return Position{Timeline: tli, LSN: lsn}, true, nil
+	}
+	return Position{}, false, fmt.Errorf("PostgreSQL %s: timeline %d is not in the history of timeline %d", p.ep, tli, current)
+}
+
 func (p *postgres) Compare(a, b Position) (int, error) {
 	switch {
 	case a.Timeline != b.Timeline:

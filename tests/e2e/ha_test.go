@@ -404,9 +404,9 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 			primary, replica := open(podIP(t, ns, old)), open(podIP(t, ns, repl))
 			insert(t, primary, 1, 10, "acknowledged")
 			eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
-			diverged := d.engine == dbv1.EngineMariaDB
-			if diverged {
-				root := d.superuser(t, db, podIP(t, ns, repl))
+			// The primary takes a write the replica never receives.
+			root := d.superuser(t, db, podIP(t, ns, repl))
+			if d.engine == dbv1.EngineMariaDB {
 				if err := execTimeout(root, "STOP SLAVE IO_THREAD"); err != nil {
 					t.Fatal(err)
 				}
@@ -414,6 +414,24 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				if err := execTimeout(root, "START SLAVE IO_THREAD"); err != nil {
 					t.Fatal(err)
 				}
+			} else {
+				// No WAL receiver until the operator points it somewhere.
+				for _, stmt := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+					if err := execTimeout(root, stmt); err != nil {
+						t.Fatal(err)
+					}
+				}
+				eventually(t, 30*time.Second, "the replica's WAL receiver stopped", func() string {
+					var n int
+					if err := root.QueryRow("SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
+						return err.Error()
+					}
+					if n != 0 {
+						return "still receiving"
+					}
+					return ""
+				})
+				insert(t, primary, 11, 11, "errant")
 			}
 			pid := map[dbv1.Engine]string{
 				dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
@@ -466,7 +484,7 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 			claim := claimDir(t, ns, "data-"+old)
 			aside, _ := filepath.Glob(filepath.Join(claim, "*rebuild*"))
 			log, _ := node.Logs(ns, old, "database", false)
-			if diverged {
+			if d.engine == dbv1.EngineMariaDB {
 				if len(aside) != 1 {
 					t.Errorf("diverged data set aside on %s: %v, want one directory", claim, aside)
 				}
@@ -478,7 +496,11 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				if !strings.Contains(string(log), "rewinding onto "+repl) || strings.Contains(string(log), "pg_rewind failed") {
 					t.Errorf("the former primary was not rewound:\n%s", tail(string(log), 3000))
 				}
-				wantEvents(t, db, "FormerPrimaryFenced", "InstanceRestarted")
+				// The rewind discarded the errant write; its WAL is kept.
+				if wal, _ := filepath.Glob(filepath.Join(claim, "diverged-wal-*", "0000*")); len(wal) == 0 {
+					t.Errorf("the diverged WAL was not kept aside on %s:\n%s", claim, tail(string(log), 3000))
+				}
+				wantEvents(t, db, "FormerPrimaryFenced", "DivergedWritesSetAside", "InstanceRestarted")
 			}
 		})
 	}

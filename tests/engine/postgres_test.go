@@ -5,6 +5,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -141,12 +142,25 @@ func TestPostgresStartScript(t *testing.T) {
 	if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('errant')"); err != nil {
 		t.Fatalf("the old primary, restarted with the old topology, should run as a primary: %v", err)
 	}
+	// The new primary tells where timeline 1 left its history: the old
+	// primary's errant write lies beyond that point.
+	errant, err := old.Instance(t).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, forked, err := i1.ForkPoint(ctx, errant.Applied.Timeline)
+	if err != nil || !forked || fork.Timeline != 1 || fork.LSN >= errant.Applied.LSN {
+		t.Errorf("fork point of timeline %d on the new primary: %+v %t %v; want one before the errant write at %s", errant.Applied.Timeline, fork, forked, err, errant.Applied)
+	}
+	if _, forked, err := i1.ForkPoint(ctx, 2); err != nil || forked {
+		t.Errorf("fork point of the new primary's own timeline: %t %v, want none", forked, err)
+	}
 	old.Kill()
 
 	// The operator's topology names r1: the start script rewinds.
 	old.Topology().SetPrimary(t, r1.Pod)
 	old.Restart(t)
-	if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") {
+	if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") || strings.Contains(old.Log(), "pg_rewind failed") {
 		t.Errorf("the start script did not rewind:\n%s", old.Log())
 	}
 	rejoined := old.Instance(t)
@@ -157,6 +171,14 @@ func TestPostgresStartScript(t *testing.T) {
 	}
 	if n, want := old.Count(t, "orders WHERE note = 'errant'"), 0; n != want {
 		t.Errorf("the errant write survived the rewind (%d rows)", n)
+	}
+	// ...but its WAL was kept aside first, from the fork point's segment on.
+	kept, _ := filepath.Glob(filepath.Join(filepath.Dir(old.Data()), "diverged-wal-*", "00000001*"))
+	if len(kept) == 0 || !strings.Contains(old.Log(), "is kept in") {
+		t.Errorf("the diverged WAL was not kept aside (%v):\n%s", kept, old.Log())
+	}
+	if forkSegment := fmt.Sprintf("%08X%08X%08X", 1, uint64(fork.LSN)>>32, uint32(fork.LSN)>>24); len(kept) > 0 && filepath.Base(kept[0]) != forkSegment {
+		t.Errorf("kept %v, want it to start with the fork point's segment %s", kept, forkSegment)
 	}
 	if a, b := old.Count(t, "orders"), r1.Count(t, "orders"); a != 21 || b != 21 {
 		t.Errorf("rows: rewound %d, primary %d; want 21 each", a, b)

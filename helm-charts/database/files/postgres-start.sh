@@ -84,13 +84,53 @@ rewind() {
 	# directory's, its checkpoint records wal_log_hints off and the rewind
 	# refuses, so a crashed primary was always cloned instead.
 	# shellcheck disable=SC2086 # the option is one word or none
-	if pg_rewind -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R \
-		${config_file:+--config-file="$config_file"} >&2; then
+	if rewind_keeping_diverged -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R \
+		${config_file:+--config-file="$config_file"}; then
 		return
 	fi
 	log "pg_rewind failed: cloning instead"
 	set_aside rewind-failed
 	clone
+}
+
+# rewind_keeping_diverged runs pg_rewind (its arguments), keeping aside
+# (never deleting) the WAL this server wrote after its timeline forked from
+# the new primary's: the writes the new primary never received, which
+# pg_rewind removes from the data directory. They stay readable with
+# pg_waldump in <volume>/diverged-wal-<time>. Only pg_rewind knows the fork
+# point (a dry run refuses a server that was not shut down cleanly), so the
+# WAL is copied first and what precedes the fork dropped from the copy.
+rewind_keeping_diverged() {
+	aside="$volume/diverged-wal-$(date -u +%Y%m%dT%H%M%SZ)"
+	rm -rf "$aside.tmp"
+	mkdir -p "$aside.tmp"
+	for f in "$PGDATA"/pg_wal/*; do
+		if [ -f "$f" ]; then cp -p "$f" "$aside.tmp/"; fi
+	done
+	if ! pg_rewind "$@" >"$aside.tmp/pg_rewind.log" 2>&1; then
+		cat "$aside.tmp/pg_rewind.log" >&2
+		rm -rf "$aside.tmp" # a copy: the failed rewind sets the whole data directory aside
+		return 1
+	fi
+	cat "$aside.tmp/pg_rewind.log" >&2
+	fork="$(sed -n 's|.*servers diverged at WAL location \([0-9A-Fa-f]*/[0-9A-Fa-f]*\) on timeline \([0-9]*\).*|\1 \2|p' "$aside.tmp/pg_rewind.log")"
+	if [ -z "$fork" ] || grep -q "no rewind required" "$aside.tmp/pg_rewind.log"; then
+		rm -rf "$aside.tmp" # nothing past the fork: nothing was discarded
+		return 0
+	fi
+	lsn="${fork% *}" tli="${fork#* }"
+	# The segment holding the fork point (16 MB segments: the top byte of
+	# the LSN's low word) and every later one of that timeline are kept.
+	first="$(printf '%08X%08X%08X' "$tli" "0x${lsn%/*}" "$((0x${lsn#*/} >> 24))")"
+	for f in "$aside.tmp"/*; do
+		name="$(basename "$f")"
+		case "$name" in "$(printf '%08X' "$tli")"*) ;; pg_rewind.log) continue ;; *) rm -f "$f"; continue ;; esac
+		if [ "$(printf '%s\n%s\n' "$first" "$name" | LC_ALL=C sort | head -n 1)" != "$first" ]; then
+			rm -f "$f"
+		fi
+	done
+	mv "$aside.tmp" "$aside"
+	log "former primary: its WAL after $lsn on timeline $tli, which $primary never received, is kept in $aside (pg_rewind removed it from the data directory)"
 }
 
 # A standby has standby.signal; a former primary has not, and may hold WAL

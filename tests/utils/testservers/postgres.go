@@ -6,6 +6,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -109,13 +110,22 @@ func (p *Postgres) startServer(t testing.TB) {
 		"PATH="+p.bin+":"+os.Getenv("PATH"), "PGDATA="+p.Data(),
 		"POSTGRES_USER=postgres", "POSTGRES_PASSWORD="+p.Password,
 		"INITDB_EXTRA_ARGS=--no-sync", "BASEBACKUP_EXTRA_ARGS=--no-sync")
+	// The settings are in a configuration file outside the data
+	// directory, named by config_file as the chart's pod does: pg_rewind's
+	// crash recovery reads it (with settings on the command line only, it
+	// ran with wal_log_hints off and every rewind fell back to a clone).
 	// The port goes on the command line, never into postgresql.conf:
 	// pg_basebackup copies the configuration, and a clone would take it.
-	p.start(t, p.user, env, "sh", script, "-p", strconv.Itoa(p.Port),
-		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+p.Dir,
-		"-c", "wal_level=replica", "-c", "max_wal_senders=10", "-c", "wal_log_hints=on",
-		"-c", "wal_keep_size=256MB", "-c", "fsync=off", "-c", "shared_buffers=32MB",
-		"-c", "hot_standby=on", "-c", "wal_receiver_status_interval=1s")
+	conf := filepath.Join(p.Dir, "postgresql.conf")
+	settings := strings.Join([]string{
+		"listen_addresses = '127.0.0.1'", "unix_socket_directories = '" + p.Dir + "'",
+		"wal_level = replica", "max_wal_senders = 10", "wal_log_hints = on",
+		"wal_keep_size = '256MB'", "fsync = off", "shared_buffers = '32MB'",
+		"hot_standby = on", "wal_receiver_status_interval = '1s'", ""}, "\n")
+	if err := os.WriteFile(conf, []byte(settings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t, p.user, env, "sh", script, "-p", strconv.Itoa(p.Port), "-c", "config_file="+conf)
 	t.Cleanup(p.Stop)
 	waitUntil(t, &p.server, "PostgreSQL "+p.Pod, 60*time.Second, func() error {
 		c, err := p.Connect(context.Background())
