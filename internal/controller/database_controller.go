@@ -102,6 +102,8 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
 		{"Observe", r.observeStatefulSet, true},
+		// Before anything acts on status.currentPrimary.
+		{"PrimaryRecord", r.reconcilePrimaryRecord, true},
 		{"Failover", r.reconcileFailover, true},
 		{"Switchover", r.reconcileSwitchover, true},
 		{"Rejoin", r.reconcileRejoin, false},

@@ -37,8 +37,8 @@ func (r *DatabaseReconciler) now() time.Time {
 // (the old primary fenced first if it can be reached), the role labels move
 // with status.currentPrimary, and the other replicas follow the new primary.
 func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	if r.Instances == nil || db.Spec.Replicas < 2 || (db.Spec.Failover.Enabled != nil && !*db.Spec.Failover.Enabled) {
-		return nil
+	if r.Instances == nil || db.Spec.Replicas < 2 || (db.Spec.Failover.Enabled != nil && !*db.Spec.Failover.Enabled) || obs.promoted != "" {
+		return nil // obs.promoted: the primary record was repaired this reconcile
 	}
 	// Only a Database that has had a serving primary can lose it; during
 	// creation or a rollout an unready primary is expected.

@@ -186,3 +186,65 @@ func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 		})
 	}
 }
+
+// TestPrimaryRecordWins: a reconcile promoted orders-1 (the topology, written
+// before the promotion, names it) and ended before status said so; orders-0,
+// the old primary, is back and writable too. The next reconcile must take
+// the promoted server as the primary and fence the old one, never the
+// reverse (which fences the server the replicas follow). When the recorded
+// server was never promoted, status's primary stays and the record is
+// written back.
+func TestPrimaryRecordWins(t *testing.T) {
+	for _, promoted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("promoted=%t", promoted), func(t *testing.T) {
+			ctx := context.Background()
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = 2
+				db.Status.CurrentPrimary = "orders-0"
+				db.Finalizers = []string{Finalizer}
+			})
+			objs := []client.Object{db, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: topologyName(db)},
+				Data:       map[string]string{topologyPrimaryKey: "orders-1", topologyInitializedKey: "true"},
+			}}
+			for i := range 2 {
+				objs = append(objs, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
+					Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+				})
+			}
+			recorded := &scriptedServer{role: engine.RolePrimary, applied: 200}
+			if !promoted {
+				recorded = &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}
+			}
+			servers := map[string]*scriptedServer{"orders-0": {role: engine.RolePrimary, applied: 150}, "orders-1": recorded}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, objs...)
+			r.Instances = scriptedConnector(c, servers)
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+			_, _ = r.Reconcile(ctx, req)
+
+			got := &dbv1.Database{}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			cm := &corev1.ConfigMap{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm); err != nil {
+				t.Fatal(err)
+			}
+			want, other := "orders-1", "orders-0"
+			if !promoted {
+				want, other = "orders-0", "orders-1"
+			}
+			if got.Status.CurrentPrimary != want || cm.Data[topologyPrimaryKey] != want {
+				t.Errorf("primary: status %s, topology %s; want %s", got.Status.CurrentPrimary, cm.Data[topologyPrimaryKey], want)
+			}
+			if slices.Contains(servers[want].calls, "fence") {
+				t.Errorf("the primary %s was fenced (calls %v)", want, servers[want].calls)
+			}
+			if promoted && !slices.Contains(servers[other].calls, "fence") {
+				t.Errorf("the old primary %s, writable, was not fenced (calls %v)", other, servers[other].calls)
+			}
+		})
+	}
+}

@@ -10,8 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // The topology ConfigMap tells the instances' start scripts (the chart's
@@ -107,6 +109,56 @@ func (r *DatabaseReconciler) applyTopology(ctx context.Context, db *dbv1.Databas
 	}
 	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("writing topology: %w", err)
+	}
+	return nil
+}
+
+// reconcilePrimaryRecord makes status.currentPrimary agree with the durable
+// record of the primary: the topology, written before every promotion.
+// They differ when a reconcile promoted a server and ended before status
+// said so (the operator killed or its leadership lost after the promotion,
+// a failed status write). A recorded server that answers as a writable
+// primary is the primary: status follows it, so Rejoin fences the other
+// one and never the server the replicas follow. One that does not was
+// never promoted: nothing changes and the Topology phase writes status's
+// primary back into the record.
+func (r *DatabaseReconciler) reconcilePrimaryRecord(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if r.Instances == nil || db.Status.CurrentPrimary == "" {
+		return nil
+	}
+	live := &corev1.ConfigMap{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading topology: %w", err)
+	}
+	recorded, current := live.Data[topologyPrimaryKey], db.Status.CurrentPrimary
+	if recorded == "" || recorded == current {
+		return nil
+	}
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Name != recorded || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		inst, err := obs.instances.get(ctx, pod)
+		if err != nil {
+			return nil // cannot tell now; nothing is decided on it
+		}
+		st, err := inst.Status(ctx)
+		if err != nil || st.Role != engine.RolePrimary || st.ReadOnly {
+			return nil
+		}
+		obs.promoted = recorded
+		log.FromContext(ctx).Info("adopting the recorded primary", "recorded", recorded, "status", current)
+		r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",
+			"status named %s the primary while the topology names %s, which serves as a writable primary (promoted by a reconcile that ended before status said so): %s is the primary",
+			current, recorded, recorded)
 	}
 	return nil
 }
