@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,10 @@ const (
 	// Secret is set on the server (rotation) and the hash updated.
 	appliedPasswordAnnotation = "database.example.com/applied-password-sha256"
 )
+
+// appAccountRetry is how soon an account that could not be set yet is
+// tried again.
+const appAccountRetry = 10 * time.Second
 
 func appSecretName(db *dbv1.Database) string { return db.Name + "-app" }
 
@@ -59,9 +64,11 @@ func appSecretData(db *dbv1.Database, password string) map[string]string {
 // reconcileAppAccount keeps the application Secret and the account on the
 // primary in step. It creates the Secret once (a password the user later
 // writes there is rotated onto the server), and sets the account on the
-// primary when the Secret's password is not the one last set. It waits
-// for a primary that serves writes: during a restore, a failover or
-// before the first start there is nothing to set it on yet.
+// primary when the Secret's password is not the one last set. It needs a
+// primary that serves writes: during a restore, a failover or before the
+// first start there is nothing to set it on yet, and it looks again soon
+// (a server it cannot reach is not a failure of this phase: status says
+// whether the primary serves).
 func (r *DatabaseReconciler) reconcileAppAccount(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	secret, err := r.appSecret(ctx, db)
 	if err != nil || secret == nil {
@@ -74,7 +81,12 @@ func (r *DatabaseReconciler) reconcileAppAccount(ctx context.Context, db *dbv1.D
 	if secret.Annotations[appliedPasswordAnnotation] == passwordHash(password) {
 		return nil
 	}
-	if r.Instances == nil || obs.restoring || db.Status.Phase != dbv1.PhaseRunning {
+	if r.Instances == nil || obs.restoring {
+		return nil
+	}
+	notYet := func(why string) error {
+		log.FromContext(ctx).V(1).Info("application account not set yet", "secret", secret.Name, "why", why)
+		obs.requeueWithin(appAccountRetry)
 		return nil
 	}
 	primary := primaryName(db, obs)
@@ -89,18 +101,18 @@ func (r *DatabaseReconciler) reconcileAppAccount(ctx context.Context, db *dbv1.D
 		}
 	}
 	if pod == nil {
-		return nil // no serving primary now; the next reconcile sets it
+		return notYet("no ready primary")
 	}
 	inst, err := obs.instances.get(ctx, pod)
 	if err != nil {
-		return fmt.Errorf("setting the application account: %w", err)
+		return notYet(err.Error())
 	}
 	st, err := inst.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("setting the application account: %w", err)
+		return notYet(err.Error())
 	}
 	if st.Role != engine.RolePrimary || st.ReadOnly {
-		return nil // not (yet) serving writes: never write through a fence
+		return notYet(pod.Name + " does not serve writes") // never write through a fence
 	}
 	if err := inst.EnsureAccount(ctx, engine.Account{User: appUser, Password: password, Database: appDatabase}); err != nil {
 		return fmt.Errorf("setting the application account on %s: %w", pod.Name, err)
