@@ -181,6 +181,7 @@ func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, o
 	// cut a wait shorter than WaitTimeout.
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = opts.ConnectTimeout, opts.WaitTimeout+5*time.Second, opts.WaitTimeout+5*time.Second
 	cfg.AllowNativePasswords = true
+	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err

@@ -29,6 +29,7 @@ func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Opti
 	cfg.Host, cfg.Port = ep.Host, uint16(ep.Port)
 	cfg.User, cfg.Password, cfg.Database = creds.User, creds.Password, "postgres"
 	cfg.ConnectTimeout = opts.ConnectTimeout
+	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
 	cfg.RuntimeParams["application_name"] = "database-operator"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
