@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -76,6 +77,19 @@ func (d dialect) open(t testing.TB, host, user, password, database string) *sql.
 	}
 	c.SetMaxOpenConns(1)
 	return c
+}
+
+// signal sends sig to the server of pod (its main process, found through
+// its pid file): STOP hangs it as a stalled machine or disk would.
+func (d dialect) signal(t testing.TB, ns, pod, sig string) {
+	t.Helper()
+	pid := map[dbv1.Engine]string{
+		dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
+		dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
+	}[d.engine]
+	if out, err := node.Exec(ns, pod, "database", []string{"sh", "-c", "kill -" + sig + " " + pid}); err != nil {
+		t.Fatalf("kill -%s the server of %s: %v: %s", sig, pod, err, out)
+	}
 }
 
 // superuser is a client for host as the operator's superuser, for what
@@ -433,16 +447,7 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				})
 				insert(t, primary, 11, 11, "errant")
 			}
-			pid := map[dbv1.Engine]string{
-				dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
-				dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
-			}[d.engine]
-			signal := func(sig string) {
-				t.Helper()
-				if out, err := node.Exec(ns, old, "database", []string{"sh", "-c", "kill -" + sig + " " + pid}); err != nil {
-					t.Fatalf("kill -%s the primary's server: %v: %s", sig, err, out)
-				}
-			}
+			signal := func(sig string) { d.signal(t, ns, old, sig) }
 			oldPod, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -502,6 +507,72 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				}
 				wantEvents(t, db, "FormerPrimaryFenced", "DivergedWritesSetAside", "InstanceRestarted")
 			}
+		})
+	}
+}
+
+// TestOperatorKilledAfterPromotion: the primary hangs; the operator
+// promotes the replica and is killed at its next write (the old primary's
+// role label never reaches the API server), so the topology names the
+// promoted server while status still names the old one. The promoted
+// server takes writes; the old one resumes, writable, sure it is the
+// primary. A new operator must keep the promoted server, which the writes
+// went to, and fence the old one, never the reverse; every write the
+// promoted server acknowledged is kept.
+func TestOperatorKilledAfterPromotion(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, open := haDatabase(t, d, "kill", 2)
+			ns := db.Namespace
+			old, next := db.Name+"-0", db.Name+"-1"
+			primary, replica := open(podIP(t, ns, old)), open(podIP(t, ns, next))
+			insert(t, primary, 1, 10, "acknowledged")
+			eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
+
+			killed := op.killAt(func(r *http.Request) bool {
+				return r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/pods/"+old)
+			})
+			t.Cleanup(func() {
+				op.disarm()
+				if err := op.restart(); err != nil {
+					t.Errorf("restarting the operator: %v", err)
+				}
+			})
+			d.signal(t, ns, old, "STOP")
+			select {
+			case <-killed:
+			case <-time.After(2 * time.Minute):
+				d.signal(t, ns, old, "CONT")
+				t.Fatal("no write after a promotion within 2 minutes: the operator did not fail over")
+			}
+			insert(t, replica, 11, 20, "on the promoted server")
+			d.signal(t, ns, old, "CONT")
+			eventually(t, 30*time.Second, "the old primary takes writes again", func() string { return d.state(primary, 10, false) })
+
+			if err := op.restart(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 2*time.Minute, "the promoted server recorded as the primary", func() string {
+				got := &dbv1.Database{}
+				if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+					return err.Error()
+				}
+				if got.Status.CurrentPrimary != next {
+					return "currentPrimary " + got.Status.CurrentPrimary
+				}
+				if eps := endpointPods(t, ns, db.Name+"-rw"); !slices.Equal(eps, []string{next}) {
+					return fmt.Sprintf("-rw endpoints %v", eps)
+				}
+				return ""
+			})
+			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 21, 21, "after the restart")
+			if n, err := notes(replica); err != nil || n["acknowledged"] != 10 || n["on the promoted server"] != 10 || n["after the restart"] != 1 {
+				t.Errorf("rows on the primary %s: %v (%v)", next, n, err)
+			}
+			waitRunning(t, db, 2, 3*time.Minute)
+			back := open(podIP(t, ns, old))
+			eventually(t, time.Minute, "the old primary a read-only replica of the promoted one", func() string { return d.state(back, 21, true) })
+			wantEvents(t, db, "PrimaryRecordRepaired", "FormerPrimaryFenced")
 		})
 	}
 }

@@ -30,7 +30,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"example.com/database-operator/internal/controller"
 	"example.com/database-operator/tests/utils/localcluster"
@@ -141,32 +140,19 @@ func run(m *testing.M) int {
 	}
 	opLog, _ := os.Create(filepath.Join(dir, "operator.log"))
 	ctrl.SetLogger(zap.New(zap.WriteTo(opLog)))
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  controller.CacheOptions(nil),
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	// The operator reaches instances at their pod addresses, on the node's
 	// bridge, as it would in a cluster.
-	if err := controller.Setup(mgr, controller.Options{
+	op = newOperator(c.Config, scheme, controller.Options{
 		Values:      controller.ValueOptions{OperatorImage: operatorImage, NoNetworkPolicy: true},
 		Upgradeable: controller.NamespacedConditions{Client: k8s, Key: operatorCondition},
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	})
+	if err := op.start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "starting the operator:", err)
 		return 1
 	}
-	mgrCtx, stopMgr := context.WithCancel(ctx)
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
 
 	code := m.Run()
-	stopMgr()
-	<-mgrDone
+	op.kill()
 	cancel()
 	node.Wait()
 	if code != 0 {
