@@ -133,7 +133,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	}
 	var bound *lagBound
 	if db.Spec.Failover.MaxLag != nil {
-		last, ok := r.Positions.get(db.UID)
+		last, ok := r.lastPrimaryPosition(ctx, db)
 		if !ok {
 			r.event(db, corev1.EventTypeWarning, "LagBoundUnchecked", "Failover",
 				"spec.failover.maxLag cannot be checked: the operator has seen no position of primary %s since it started", primary)

@@ -2,11 +2,14 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -18,9 +21,14 @@ import (
 const primarySampleInterval = 5 * time.Second
 
 // PrimaryPositions remembers the last replication position the operator
-// read on each Database's primary, for spec.failover.maxLag. It lives in
-// memory only: after an operator restart the bound applies again once the
-// primary has been seen.
+// read on each Database's primary, for spec.failover.maxLag. Each new
+// sample is also written to the topology ConfigMap (annotation
+// primaryPositionAnnotation), so an operator that restarts, or another
+// replica that takes the leadership, still bounds a failover by it.
+//
+// primaryPositionAnnotation holds that sample as JSON (engine.Position).
+const primaryPositionAnnotation = "database.example.com/primary-position"
+
 type PrimaryPositions struct {
 	mu   sync.Mutex
 	last map[types.UID]engine.Position
@@ -73,4 +81,43 @@ func (r *DatabaseReconciler) samplePrimary(ctx context.Context, db *dbv1.Databas
 		return
 	}
 	r.Positions.set(db.UID, st.Applied)
+	if err := r.persistPrimaryPosition(ctx, db, st.Applied); err != nil {
+		log.FromContext(ctx).Info("cannot record the primary's position; the bound rests on memory until the next sample", "error", err.Error())
+	}
+}
+
+// persistPrimaryPosition writes pos into the topology ConfigMap's
+// annotation (not its data: the instances read that).
+func (r *DatabaseReconciler) persistPrimaryPosition(ctx context.Context, db *dbv1.Database, pos engine.Position) error {
+	b, err := json.Marshal(pos)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm); err != nil {
+		return err
+	}
+	if cm.Annotations[primaryPositionAnnotation] == string(b) {
+		return nil
+	}
+	patch := client.MergeFrom(cm.DeepCopy())
+	metav1.SetMetaDataAnnotation(&cm.ObjectMeta, primaryPositionAnnotation, string(b))
+	return r.Patch(ctx, cm, patch, client.FieldOwner(FieldOwner))
+}
+
+// lastPrimaryPosition is the primary's last sampled position: this
+// process's, else the one recorded in the topology by an earlier one.
+func (r *DatabaseReconciler) lastPrimaryPosition(ctx context.Context, db *dbv1.Database) (engine.Position, bool) {
+	if pos, ok := r.Positions.get(db.UID); ok {
+		return pos, true
+	}
+	cm := &corev1.ConfigMap{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm); err != nil {
+		return engine.Position{}, false
+	}
+	var pos engine.Position
+	if v := cm.Annotations[primaryPositionAnnotation]; v == "" || json.Unmarshal([]byte(v), &pos) != nil {
+		return engine.Position{}, false
+	}
+	return pos, true
 }

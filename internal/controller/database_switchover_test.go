@@ -81,6 +81,11 @@ func (i scriptedInstance) ForkPoint(context.Context, uint32) (engine.Position, b
 	return engine.Position{}, false, nil
 }
 
+func (i scriptedInstance) EnsureAccount(context.Context, engine.Account) error {
+	i.do("account", func() {})
+	return nil
+}
+
 func (i scriptedInstance) Close() error { return nil }
 
 // scriptedConnector reaches servers[pod name].

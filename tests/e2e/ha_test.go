@@ -695,7 +695,8 @@ func TestSwitchoverUnderWrites(t *testing.T) {
 // far behind the primary's last seen position is not promoted: the
 // Database stays without a serving primary, says why, and tells OLM not to
 // upgrade the operator, until the bound is raised; then the replica is
-// promoted with what it has.
+// promoted with what it has. The operator restarts in between: the bound
+// rests on the position it recorded, not on its memory.
 func TestFailoverLagBound(t *testing.T) {
 	d := dialects[1] // the replica stops receiving through SQL
 	db, open := haDatabase(t, d, "lag", 2, func(db *dbv1.Database) { db.Spec.Failover.MaxLag = ptr.To[int64](5) })
@@ -712,10 +713,21 @@ func TestFailoverLagBound(t *testing.T) {
 	// the operator samples its position (every 5 s while it is healthy).
 	insert(t, primary, 11, 30, "not replicated")
 	time.Sleep(7 * time.Second)
+	// The operator restarts while the primary is lost: the new one never
+	// sees it healthy and bounds the failover by the recorded position.
+	op.kill()
+	t.Cleanup(func() {
+		if err := op.restart(); err != nil {
+			t.Errorf("restarting the operator: %v", err)
+		}
+	})
 	if err := node.Down(ns, old); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Up(ns, old) })
+	if err := op.restart(); err != nil {
+		t.Fatal(err)
+	}
 
 	got := &dbv1.Database{}
 	eventually(t, time.Minute, "failover refused: the replica beyond maxLag", func() string {
