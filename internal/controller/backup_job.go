@@ -25,10 +25,6 @@ const (
 	jobScratchDir   = "/scratch"
 	jobS3CADir      = "/etc/database-operator/s3-ca"
 	jobResultFile   = "/dev/termination-log"
-	labelComponent  = "app.kubernetes.io/component"
-	labelBackup     = "database.example.com/backup"
-	labelDatabase   = "database.example.com/database"
-	labelScheduled  = "database.example.com/scheduled"
 	JobAppName      = "database-job" // app.kubernetes.io/name of backup and restore pods
 	componentBackup = "backup"
 	componentRestor = "restore"

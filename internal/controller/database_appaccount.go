@@ -25,10 +25,6 @@ import (
 const (
 	appUser     = "app"
 	appDatabase = "app"
-	// appliedPasswordAnnotation, on the application Secret, is a hash of
-	// the password last set on the server: a changed password in the
-	// Secret is set on the server (rotation) and the hash updated.
-	appliedPasswordAnnotation = "database.example.com/applied-password-sha256"
 )
 
 // appAccountRetry is how soon an account that could not be set yet is

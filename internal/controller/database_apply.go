@@ -29,10 +29,6 @@ import (
 // FieldOwner is the one field manager the operator applies with.
 const FieldOwner = "database-operator"
 
-// appliedHashAnnotation records a hash of what was last applied, so a render
-// that drops a field (which the live object would still carry) is noticed.
-const appliedHashAnnotation = "database.example.com/applied-hash"
-
 // ownedKinds are the kinds the chart can render. The operator watches them,
 // and prunes objects of these kinds that a render no longer produces. A unit
 // test checks that every kind the chart renders is listed here.

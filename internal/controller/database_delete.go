@@ -13,9 +13,6 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 )
 
-// Finalizer holds a Database until its volumes are handled per deletionPolicy.
-const Finalizer = "database.example.com/cleanup"
-
 // finalize runs when a Database is being deleted. Retain keeps the volumes
 // and the credentials Secret (released from the Database so the garbage
 // collector leaves it); Delete deletes the volumes. Everything else the

@@ -25,10 +25,6 @@ const primarySampleInterval = 5 * time.Second
 // sample is also written to the topology ConfigMap (annotation
 // primaryPositionAnnotation), so an operator that restarts, or another
 // replica that takes the leadership, still bounds a failover by it.
-//
-// primaryPositionAnnotation holds that sample as JSON (engine.Position).
-const primaryPositionAnnotation = "database.example.com/primary-position"
-
 type PrimaryPositions struct {
 	mu   sync.Mutex
 	last map[types.UID]engine.Position

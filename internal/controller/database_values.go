@@ -10,20 +10,8 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 )
 
-// Label keys and values shared by the chart and the Go code. The chart
-// renders the selector labels; the role label is Go's alone (the chart only
-// selects on it).
-const (
-	labelName      = "app.kubernetes.io/name"
-	labelInstance  = "app.kubernetes.io/instance"
-	labelManagedBy = "app.kubernetes.io/managed-by"
-	labelRole      = "database.example.com/role"
-
-	managedBy   = "database-operator"
-	chartName   = "database"
-	rolePrimary = "primary"
-	roleReplica = "replica"
-)
+// chartName is the chart's name: the selector labels' app.kubernetes.io/name.
+const chartName = "database"
 
 // defaultResources apply when a Database sets no resources at all.
 func defaultResources() corev1.ResourceRequirements {
