@@ -2,11 +2,8 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,13 +23,7 @@ func TestPrimaryPositionOutlivesTheOperator(t *testing.T) {
 		db.Status.CurrentPrimary = "orders-0"
 		db.Finalizers = []string{Finalizer}
 	})
-	objs := []client.Object{db}
-	for i := range 2 {
-		objs = append(objs, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
-			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-		})
-	}
+	objs := append([]client.Object{db}, readyPods(db, 2)...)
 	servers := map[string]*scriptedServer{
 		"orders-0": {role: engine.RolePrimary, applied: 500},
 		"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 500},

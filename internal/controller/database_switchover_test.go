@@ -88,6 +88,18 @@ func (i scriptedInstance) EnsureAccount(context.Context, engine.Account) error {
 
 func (i scriptedInstance) Close() error { return nil }
 
+// readyPods are db's first n instance pods, Ready.
+func readyPods(db *dbv1.Database, n int) []client.Object {
+	var pods []client.Object
+	for i := range n {
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("%s-%d", db.Name, i), Labels: selectorLabels(db)},
+			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		})
+	}
+	return pods
+}
+
 // scriptedConnector reaches servers[pod name].
 func scriptedConnector(c client.Reader, servers map[string]*scriptedServer) *InstanceConnector {
 	return &InstanceConnector{
@@ -126,13 +138,7 @@ func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 				db.Status.CurrentPrimary = "orders-0"
 				db.Finalizers = []string{Finalizer}
 			})
-			objs := []client.Object{db}
-			for i := range 2 {
-				objs = append(objs, &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
-					Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-				})
-			}
+			objs := append([]client.Object{db}, readyPods(db, 2)...)
 			servers := map[string]*scriptedServer{
 				"orders-0": {role: engine.RolePrimary, applied: 100},
 				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100,
@@ -208,16 +214,10 @@ func TestPrimaryRecordWins(t *testing.T) {
 				db.Status.CurrentPrimary = "orders-0"
 				db.Finalizers = []string{Finalizer}
 			})
-			objs := []client.Object{db, &corev1.ConfigMap{
+			objs := append([]client.Object{db, &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: topologyName(db)},
 				Data:       map[string]string{topologyPrimaryKey: "orders-1", topologyInitializedKey: "true"},
-			}}
-			for i := range 2 {
-				objs = append(objs, &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
-					Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-				})
-			}
+			}}, readyPods(db, 2)...)
 			recorded := &scriptedServer{role: engine.RolePrimary, applied: 200}
 			if !promoted {
 				recorded = &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}

@@ -136,6 +136,18 @@ func haDatabase(t testing.TB, d dialect, name string, n int32, mutate ...func(*d
 	return db, open
 }
 
+// replicatedPair is a two-instance haDatabase whose primary (<name>-0) took
+// 10 "acknowledged" rows that its replica (<name>-1) has, with clients of
+// both as the application.
+func replicatedPair(t testing.TB, d dialect, name string) (db *dbv1.Database, open func(string) *sql.DB, primary, replica *sql.DB) {
+	t.Helper()
+	db, open = haDatabase(t, d, name, 2)
+	primary, replica = open(podIP(t, db.Namespace, db.Name+"-0")), open(podIP(t, db.Namespace, db.Name+"-1"))
+	insert(t, primary, 1, 10, "acknowledged")
+	eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
+	return db, open, primary, replica
+}
+
 func execTimeout(c *sql.DB, stmt string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -412,12 +424,9 @@ func rotateAppPassword(t testing.TB, d dialect, db *dbv1.Database, replica strin
 func TestFormerPrimaryReturnsWritable(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
-			db, open := haDatabase(t, d, "back", 2)
+			db, open, primary, _ := replicatedPair(t, d, "back")
 			ns := db.Namespace
 			old, repl := db.Name+"-0", db.Name+"-1"
-			primary, replica := open(podIP(t, ns, old)), open(podIP(t, ns, repl))
-			insert(t, primary, 1, 10, "acknowledged")
-			eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
 			// The primary takes a write the replica never receives.
 			root := d.superuser(t, db, podIP(t, ns, repl))
 			if d.engine == dbv1.EngineMariaDB {
@@ -522,12 +531,9 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 func TestOperatorKilledAfterPromotion(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
-			db, open := haDatabase(t, d, "kill", 2)
+			db, open, primary, replica := replicatedPair(t, d, "kill")
 			ns := db.Namespace
 			old, next := db.Name+"-0", db.Name+"-1"
-			primary, replica := open(podIP(t, ns, old)), open(podIP(t, ns, next))
-			insert(t, primary, 1, 10, "acknowledged")
-			eventually(t, 30*time.Second, "the replica has every row", func() string { return d.state(replica, 10, true) })
 
 			killed := op.killAt(func(r *http.Request) bool {
 				return r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/pods/"+old)
