@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -63,16 +65,21 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	set := func(status metav1.ConditionStatus, reason, msg string) {
 		obs.restored = &metav1.Condition{Type: dbv1.ConditionRestored, Status: status, Reason: reason, Message: msg}
 	}
-	target, path, wait, err := r.restoreSource(ctx, db)
+	target, path, err := r.restoreSource(ctx, db)
+	var waiting *waitingForBackup
+	var unusable *unusableBackup
 	switch {
+	case errors.As(err, &waiting):
+		set(metav1.ConditionFalse, ReasonWaitingForBackup, waiting.Error())
+		obs.requeueWithin(10 * time.Second)
+		return nil
+	case errors.As(err, &unusable):
+		set(metav1.ConditionFalse, ReasonRestoreFailed, unusable.Error())
+		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", unusable)
+		return nil
 	case err != nil:
-		set(metav1.ConditionFalse, ReasonRestoreFailed, err.Error())
-		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", err)
-		return nil
-	case wait != "":
-		set(metav1.ConditionFalse, ReasonWaitingForBackup, wait)
-		obs.requeueWithin(10e9)
-		return nil
+		// An API error is retried: it says nothing of the backup.
+		return fmt.Errorf("resolving the backup to restore: %w", err)
 	}
 
 	job := &batchv1.Job{}
@@ -91,13 +98,13 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		set(metav1.ConditionFalse, ReasonRestoring, fmt.Sprintf("restore Job %s is verifying and loading %s", job.Name, path))
 		return nil
 	}
-	result, found, err := jobResult(ctx, r.APIReader, job, componentRestor)
+	result, found, err := jobResult(ctx, r.APIReader, job, componentRestore)
 	if err != nil {
 		return err
 	}
 	if !found && failedReason == "" && resultMayLag(job, r.now()) {
 		set(metav1.ConditionFalse, ReasonRestoring, "waiting for the restore Job's result")
-		obs.requeueWithin(2e9)
+		obs.requeueWithin(2 * time.Second)
 		return nil
 	}
 	switch {
@@ -126,29 +133,43 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	return nil
 }
 
-// restoreSource resolves spec.bootstrap to a target and a path. A Backup
-// that has not finished yet is waited for; one that failed is an error.
-func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Database) (dbv1.BackupTarget, string, string, error) {
+// waitingForBackup: the Backup to restore has not completed yet (or does
+// not exist yet); the restore waits for it.
+type waitingForBackup struct{ why string }
+
+func (w *waitingForBackup) Error() string { return w.why }
+
+// unusableBackup: the Backup to restore can never be restored; the restore
+// fails for good.
+type unusableBackup struct{ why string }
+
+func (u *unusableBackup) Error() string { return u.why }
+
+// restoreSource resolves spec.bootstrap to a target and a path. It fails
+// with a *waitingForBackup while the Backup has not completed, with an
+// *unusableBackup when it cannot be restored, and with any other error
+// when the API could not be read (retried).
+func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Database) (dbv1.BackupTarget, string, error) {
 	bs := db.Spec.Bootstrap
 	if bs.Source != nil {
-		return bs.Source.Target, bs.Source.Path, "", nil
+		return bs.Source.Target, bs.Source.Path, nil
 	}
 	b := &dbv1.Backup{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: bs.Backup.Name}, b); err != nil {
 		if apierrors.IsNotFound(err) {
-			return dbv1.BackupTarget{}, "", fmt.Sprintf("waiting for Backup %q, which does not exist in namespace %s", bs.Backup.Name, db.Namespace), nil
+			return dbv1.BackupTarget{}, "", &waitingForBackup{fmt.Sprintf("waiting for Backup %q, which does not exist in namespace %s", bs.Backup.Name, db.Namespace)}
 		}
-		return dbv1.BackupTarget{}, "", "", err
+		return dbv1.BackupTarget{}, "", fmt.Errorf("reading Backup %s: %w", bs.Backup.Name, err)
 	}
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
 	case dbv1.BackupFailed, dbv1.BackupSkipped:
-		return dbv1.BackupTarget{}, "", "", fmt.Errorf("Backup %s cannot be restored: it is %s (%s)", b.Name, b.Status.Phase, b.Status.Message)
+		return dbv1.BackupTarget{}, "", &unusableBackup{fmt.Sprintf("Backup %s cannot be restored: it is %s (%s)", b.Name, b.Status.Phase, b.Status.Message)}
 	default:
-		return dbv1.BackupTarget{}, "", fmt.Sprintf("waiting for Backup %s to complete (it is %s)", b.Name, b.Status.Phase), nil
+		return dbv1.BackupTarget{}, "", &waitingForBackup{fmt.Sprintf("waiting for Backup %s to complete (it is %s)", b.Name, b.Status.Phase)}
 	}
 	if b.Status.Engine != "" && b.Status.Engine != db.Spec.Engine {
-		return dbv1.BackupTarget{}, "", "", fmt.Errorf("Backup %s is a %s backup and cannot be restored into a %s Database", b.Name, b.Status.Engine, db.Spec.Engine)
+		return dbv1.BackupTarget{}, "", &unusableBackup{fmt.Sprintf("Backup %s is a %s backup and cannot be restored into a %s Database", b.Name, b.Status.Engine, db.Spec.Engine)}
 	}
 	// The target the backup went to, as recorded; for Backups recorded
 	// without it, the Backup's own or its source Database's.
@@ -168,14 +189,14 @@ func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Databas
 			// The source is gone: its default volume claim (kept) holds the backup.
 			target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
 		default:
-			return dbv1.BackupTarget{}, "", "", err
+			return dbv1.BackupTarget{}, "", fmt.Errorf("reading Database %s, the Backup's source: %w", b.Spec.Database.Name, err)
 		}
 	}
 	if target.S3 == nil && (target.Volume == nil || target.Volume.ClaimName == "") {
 		// The backed-up Database's default claim, not the new one's.
 		target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
 	}
-	return target, b.Status.Path, "", nil
+	return target, b.Status.Path, nil
 }
 
 func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database, obs *observed, target dbv1.BackupTarget, path string,
@@ -199,7 +220,7 @@ func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database
 		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", err)
 		return nil
 	}
-	job, err := buildJob(jobRequest{name: restoreJobName(db), component: componentRestor, db: db, instance: primary, target: target,
+	job, err := buildJob(jobRequest{name: restoreJobName(db), component: componentRestore, db: db, instance: primary, target: target,
 		args: []string{"--path=" + path}, deadline: 6 * defaultDeadline}, r.Values.OperatorImage)
 	if err != nil {
 		return err
