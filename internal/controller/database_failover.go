@@ -85,7 +85,7 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	}
 	obs.primaryUnhealthySince = since
 	if wait := failoverDelay(db) - now.Sub(since.Time); wait > 0 {
-		obs.requeue = wait
+		obs.requeueWithin(wait)
 		return nil
 	}
 	return r.failover(ctx, db, obs, pods, primaryPod, creds)
@@ -144,7 +144,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	best, why, err := chooseCandidate(cands, bound)
 	if err != nil {
 		if bound != nil {
-			obs.requeue = primarySampleInterval
+			obs.requeueWithin(primarySampleInterval)
 		}
 		return fmt.Errorf("primary %s failed and %w (unreachable: %v)", primary, err, unreachable)
 	}
@@ -206,7 +206,7 @@ type lagBound struct {
 // is never chosen.
 func chooseCandidate(cands []candidate, bound *lagBound) (candidate, string, error) {
 	var best *candidate
-	var beyond []string
+	var beyond, unordered []string
 	for i := range cands {
 		c := &cands[i]
 		if c.status.Role != engine.RoleReplica {
@@ -228,11 +228,13 @@ func chooseCandidate(cands []candidate, bound *lagBound) (candidate, string, err
 		// the one that already applied more is ready sooner.
 		cmp, err := c.inst.Compare(c.status.Received, best.status.Received)
 		if err != nil {
-			// Diverged replicas cannot be ordered: keep the one chosen so
-			// far, which came first by ordinal.
+			// Diverged replicas cannot be ordered: each holds writes the
+			// other lacks, so either choice sets some aside. Keep the one
+			// chosen so far (the lower ordinal), and say so.
+			unordered = append(unordered, fmt.Sprintf("%s and %s (%v)", best.pod.Name, c.pod.Name, err))
 			continue
 		}
-		if cmp > 0 || (cmp == 0 && mustCompare(c.inst, c.status.Applied, best.status.Applied) > 0) {
+		if cmp > 0 || (cmp == 0 && compareOrTie(c.inst, c.status.Applied, best.status.Applied) > 0) {
 			best = c
 		}
 	}
@@ -256,10 +258,16 @@ func chooseCandidate(cands []candidate, bound *lagBound) (candidate, string, err
 	if len(beyond) > 0 {
 		why += fmt.Sprintf("; beyond maxLag %d of %s: %s", bound.max, bound.primary, strings.Join(beyond, ", "))
 	}
+	if len(unordered) > 0 {
+		why += "; diverged, so the writes only the others hold will be set aside when they rejoin: " + strings.Join(unordered, ", ")
+	}
 	return *best, why, nil
 }
 
-func mustCompare(inst engine.Instance, a, b engine.Position) int {
+// compareOrTie orders two applied positions for a tie-break only: positions
+// that cannot be ordered count as equal (the received positions, which
+// decide, were already ordered).
+func compareOrTie(inst engine.Instance, a, b engine.Position) int {
 	c, err := inst.Compare(a, b)
 	if err != nil {
 		return 0

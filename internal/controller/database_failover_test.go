@@ -81,6 +81,25 @@ func TestChooseCandidate(t *testing.T) {
 	}
 }
 
+// Replicas that diverged cannot be ordered: the choice (the lower ordinal)
+// is never silent, the reason names the pair and what their rejoin will set
+// aside.
+func TestChooseCandidateDiverged(t *testing.T) {
+	diverged := cand("db-2", engine.RoleReplica, 500, 500)
+	diverged.status.Received.GTID = "x"
+	got, why, err := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 300, 300), diverged}, nil)
+	if err != nil || got.pod.Name != "db-1" {
+		t.Fatalf("chose %v (%v), want db-1, the first by ordinal", got.pod, err)
+	}
+	if !strings.Contains(why, "diverged") || !strings.Contains(why, "db-1 and db-2") || !strings.Contains(why, "set aside") {
+		t.Errorf("explanation %q does not say db-1 and db-2 diverged", why)
+	}
+	// Ordered replicas: no word of divergence.
+	if _, why, _ := chooseCandidate([]candidate{cand("db-1", engine.RoleReplica, 300, 300), cand("db-2", engine.RoleReplica, 500, 500)}, nil); strings.Contains(why, "diverged") {
+		t.Errorf("explanation %q speaks of divergence", why)
+	}
+}
+
 func TestChooseCandidateLagBound(t *testing.T) {
 	bound := &lagBound{primary: engine.Position{LSN: 1000}, max: 100}
 	// db-2 is within the bound; db-1, beyond it, is passed over and named.
