@@ -38,7 +38,7 @@ func dispatch(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		switch args[0] {
 		case "backup":
-			return backup.BackupCommand(ctx, args[1:], os.Stderr)
+			return backup.Command(ctx, args[1:], os.Stderr)
 		case "restore":
 			return backup.RestoreCommand(ctx, args[1:], os.Stderr)
 		case "copy-binary":

@@ -171,7 +171,6 @@ const (
 	PhaseUpdating     Phase = "Updating"
 	PhaseDegraded     Phase = "Degraded"
 	PhaseFailed       Phase = "Failed"
-	PhaseDeleting     Phase = "Deleting"
 )
 
 // Condition types a Database reports.
@@ -209,8 +208,9 @@ type DatabaseStatus struct {
 	// Phase summarizes the Database's state: Pending (nothing created yet),
 	// Provisioning (first instances starting), Running (all ready),
 	// Updating (scaling or rolling out a change), Degraded (serving, but not
-	// all is well), Failed (not serving and a reconcile phase fails) or
-	// Deleting.
+	// all is well) or Failed (not serving and a reconcile phase fails). A
+	// Database being deleted keeps its last phase; its deletionTimestamp
+	// says it is going.
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 

@@ -33,10 +33,10 @@ func (s *Server) complete() error {
 	return nil
 }
 
-// BackupCommand is the manager's "backup" subcommand, run by a backup Job.
+// Command is the manager's "backup" subcommand, run by a backup Job.
 // It writes its Result to --result-file (the container's termination
 // message) and returns an error when the backup failed.
-func BackupCommand(ctx context.Context, args []string, log io.Writer) error {
+func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
 	var o Options
 	var t TargetFlags

@@ -19,16 +19,16 @@ import (
 // (pg_dump, mariadb-dump...) of the right version: an init container copies
 // the static binary from the operator image into a shared emptyDir.
 const (
-	jobBinDir       = "/opt/database-operator/bin"
-	jobBinary       = jobBinDir + "/manager"
-	jobBackupsDir   = "/backups"
-	jobScratchDir   = "/scratch"
-	jobS3CADir      = "/etc/database-operator/s3-ca"
-	jobResultFile   = "/dev/termination-log"
-	JobAppName      = "database-job" // app.kubernetes.io/name of backup and restore pods
-	componentBackup = "backup"
-	componentRestor = "restore"
-	defaultDeadline = int64(3600)
+	jobBinDir        = "/opt/database-operator/bin"
+	jobBinary        = jobBinDir + "/manager"
+	jobBackupsDir    = "/backups"
+	jobScratchDir    = "/scratch"
+	jobS3CADir       = "/etc/database-operator/s3-ca"
+	jobResultFile    = "/dev/termination-log"
+	JobAppName       = "database-job" // app.kubernetes.io/name of backup and restore pods
+	componentBackup  = "backup"
+	componentRestore = "restore"
+	defaultDeadline  = int64(3600)
 	// defaultBackupClaimSuffix names the claim the operator creates for a volume target without one.
 	defaultBackupClaimSuffix = "-backups"
 )
@@ -145,7 +145,7 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 		{Name: "bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}, tp.volumes...)
-	if req.component == componentRestor {
+	if req.component == componentRestore {
 		args = append(args, "--scratch="+jobScratchDir)
 		mounts = append(mounts, corev1.VolumeMount{Name: "scratch", MountPath: jobScratchDir})
 		volumes = append(volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})

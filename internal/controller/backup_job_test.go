@@ -63,7 +63,7 @@ func TestBuildRestoreJobS3(t *testing.T) {
 	db, pod := backupTestDB()
 	target := dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.internal:9000", Bucket: "backups", Prefix: "team", Region: "eu-1", ForcePathStyle: true,
 		CredentialsSecret: dbv1.S3Credentials{Name: "s3", AccessKeyIDKey: "id"}, CASecret: &dbv1.SecretKeyRef{Name: "ca"}}}
-	job, err := buildJob(jobRequest{name: "orders-restore", component: componentRestor, db: db, instance: pod, target: target,
+	job, err := buildJob(jobRequest{name: "orders-restore", component: componentRestore, db: db, instance: pod, target: target,
 		args: []string{"--path=prod/old/b1"}, deadline: 60}, "operator:v1")
 	if err != nil {
 		t.Fatal(err)

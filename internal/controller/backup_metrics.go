@@ -75,9 +75,9 @@ func (m *BackupMetrics) observe(b *dbv1.Backup, st *dbv1.BackupStatus) {
 	m.lastOK.WithLabelValues(ns, db).Set(0)
 }
 
-// restore sets a Database's gauges from its Backups as observed, so that
+// observeDatabase sets a Database's gauges from its Backups as observed, so that
 // they are right after an operator restart, before any backup finishes.
-func (m *BackupMetrics) restore(db *dbv1.Database, last *dbv1.Backup, lastSuccess *metav1.Time) {
+func (m *BackupMetrics) observeDatabase(db *dbv1.Database, last *dbv1.Backup, lastSuccess *metav1.Time) {
 	if m == nil || last == nil {
 		return
 	}
@@ -90,4 +90,17 @@ func (m *BackupMetrics) restore(db *dbv1.Database, last *dbv1.Backup, lastSucces
 	if lastSuccess != nil {
 		m.lastSuccess.WithLabelValues(ns, name).Set(float64(lastSuccess.Unix()))
 	}
+}
+
+// forget deletes the series of a Database being deleted: an alert on "no
+// successful backup for a day" must not fire for a Database that is gone.
+func (m *BackupMetrics) forget(namespace, name string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"namespace": namespace, "database": name}
+	m.finished.DeletePartialMatch(l)
+	m.lastSuccess.Delete(l)
+	m.lastOK.Delete(l)
+	m.lastSize.Delete(l)
 }

@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -135,16 +136,12 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if err := r.observeBackups(ctx, db, obs); err != nil {
 		obs.fail("Observe", err)
 	}
-	r.BackupMetrics.restore(db, obs.lastBackup, obs.lastSuccessfulBackup)
+	r.BackupMetrics.observeDatabase(db, obs.lastBackup, obs.lastSuccessfulBackup)
 	r.verifyPrimary(ctx, db, obs)
 
 	st := computeStatus(db, obs)
-	result := ctrl.Result{}
 	if obs.waiting != "" {
-		result.RequeueAfter = time.Second
-	}
-	if obs.requeue > 0 && (result.RequeueAfter == 0 || obs.requeue < result.RequeueAfter) {
-		result.RequeueAfter = obs.requeue
+		obs.requeueWithin(time.Second)
 	}
 	if db.Status.Phase != st.Phase {
 		typ := corev1.EventTypeNormal
@@ -154,12 +151,14 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		r.event(db, typ, "Phase"+string(st.Phase), "Status", "Database is %s", st.Phase)
 	}
 	if err := r.writeStatus(ctx, db, st); err != nil {
-		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+		if !apierrors.IsConflict(err) {
+			return ctrl.Result{}, errors.Join(obs.err, fmt.Errorf("writing status: %w", err))
 		}
-		return ctrl.Result{}, fmt.Errorf("%w (reconcile error: %v)", err, obs.err)
+		// Someone else wrote the Database since it was read: compute the
+		// status again from a fresh read, soon.
+		obs.requeueWithin(time.Second)
 	}
-	return result, obs.err
+	return ctrl.Result{RequeueAfter: obs.requeue}, obs.err
 }
 
 // reconcileObjects renders the chart, applies what changed and prunes what

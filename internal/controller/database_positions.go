@@ -63,7 +63,7 @@ func (p *PrimaryPositions) forget(uid types.UID) {
 // called again, so the record stays recent. A failed read is only logged:
 // the previous sample stays, and the bound is a best effort by nature.
 func (r *DatabaseReconciler) samplePrimary(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, obs *observed) {
-	obs.requeue = primarySampleInterval
+	obs.requeueWithin(primarySampleInterval)
 	if r.Positions == nil {
 		return
 	}

@@ -105,7 +105,6 @@ const (
 	ReasonResizing           = "Resizing"
 	ReasonReconciled         = "Reconciled"
 	ReasonAsExpected         = "AsExpected"
-	ReasonDeleting           = "Deleting"
 	reasonPhaseFailedPostfix = "Failed" // <Phase>Failed, e.g. ApplyFailed
 )
 
@@ -205,8 +204,6 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	}
 
 	switch {
-	case !db.DeletionTimestamp.IsZero():
-		st.Phase = dbv1.PhaseDeleting
 	case obs.err != nil && ready == 0:
 		st.Phase = dbv1.PhaseFailed
 	case obs.restoring && obs.restored != nil && obs.restored.Reason == ReasonRestoreFailed:

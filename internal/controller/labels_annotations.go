@@ -17,7 +17,7 @@ const (
 	// operator's cache holds only Secrets and ConfigMaps carrying it.
 	labelManagedBy = "app.kubernetes.io/managed-by"
 	// labelComponent tells backup pods from restore pods
-	// (componentBackup, componentRestor).
+	// (componentBackup, componentRestore).
 	labelComponent = "app.kubernetes.io/component"
 	// labelRole is rolePrimary on the primary's pod and roleReplica on the
 	// others: the -rw and -ro Services select on it.
