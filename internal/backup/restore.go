@@ -144,13 +144,14 @@ func load(ctx context.Context, s Server, f File, local string) error {
 	var stdin io.Reader
 	switch f.Kind {
 	case KindGlobals:
-		// Roles other than the connecting superuser's: its password is the
-		// new Database's own (from its credentials Secret), not the source's.
+		// Roles other than the connecting superuser's and the replication
+		// account's: their passwords are the new Database's own (from its
+		// Secrets), not the source's, and both roles exist already.
 		b, err := os.ReadFile(local)
 		if err != nil {
 			return fail(ReasonLoadFailed, "%w", err)
 		}
-		stdin = bytes.NewReader(withoutRole(b, s.User))
+		stdin = bytes.NewReader(withoutRole(withoutRole(b, s.User), engine.ReplicationUser))
 		cmd = []string{"psql", host, port, "--username=" + s.User, "--no-password", "--dbname=postgres", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1"}
 	case KindPGDump:
 		cmd = []string{"pg_restore", host, port, "--username=" + s.User, "--no-password", "--exit-on-error"}
@@ -166,7 +167,7 @@ func load(ctx context.Context, s Server, f File, local string) error {
 		if err != nil {
 			return fail(ReasonLoadFailed, "%w", err)
 		}
-		stdin = bytes.NewReader(withoutAccounts(b, s.User, "mariadb.sys"))
+		stdin = bytes.NewReader(withoutAccounts(b, s.User, engine.ReplicationUser, "mariadb.sys"))
 		cmd = []string{"mariadb", host, port, "--user=" + s.User, "--protocol=tcp", "--binary-mode"}
 	case KindSQL:
 		client := "mariadb"

@@ -111,7 +111,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Topology", r.reconcileTopology, false},
 		{"Restore", r.reconcileRestore, false},
 		{"Roles", r.reconcileRoles, false},
-		{"AppAccount", r.reconcileAppAccount, false},
+		{"Accounts", r.reconcileAccounts, false},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
 			obs.fail(p.name, err)

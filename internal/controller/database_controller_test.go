@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	clientgoapplyconfigurations "k8s.io/client-go/applyconfigurations"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // newFakeReconciler returns a reconciler over the fake client, counting
@@ -101,6 +103,16 @@ func TestReconcileWithFakeClient(t *testing.T) {
 	secret := &corev1.Secret{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-credentials"}, secret); err != nil {
 		t.Fatalf("Secret: %v", err)
+	}
+	// Replicas stream as their own account, whose password cannot be
+	// changed under them.
+	repl := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-replication"}, repl); err != nil {
+		t.Fatalf("replication Secret: %v", err)
+	}
+	if u := string(repl.Data[corev1.BasicAuthUsernameKey]); u != engine.ReplicationUser || len(repl.Data[corev1.BasicAuthPasswordKey]) < 32 ||
+		repl.Immutable == nil || !*repl.Immutable || !metav1.IsControlledBy(repl, got) {
+		t.Errorf("replication Secret: user %q, %d-byte password, immutable %v, owners %v", u, len(repl.Data[corev1.BasicAuthPasswordKey]), repl.Immutable, repl.OwnerReferences)
 	}
 
 	writes = 0

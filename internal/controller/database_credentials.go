@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // superuser is the account the generated credentials are for.
@@ -41,15 +42,29 @@ func newPassword() (string, error) {
 // Secret left behind by a deleted Database of the same name (deletionPolicy
 // Retain keeps it with the volumes) is adopted, so recreating the Database
 // reuses both the data and its password.
+//
+// The replication account's Secret is kept the same way: the servers' start
+// scripts read both (the pods cannot start without them).
 func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.Database, _ *observed) error {
-	secret, created, err := r.getOrCreateSecret(ctx, db, credentialsSecretName(db), func(password string) map[string]string {
-		return map[string]string{corev1.BasicAuthUsernameKey: superuser(db.Spec.Engine), corev1.BasicAuthPasswordKey: password}
+	if err := r.keepCredentials(ctx, db, credentialsSecretName(db), superuser(db.Spec.Engine), "superuser", false); err != nil {
+		return err
+	}
+	// Immutable: each replica reads the replication password when it
+	// starts, so a password changed under running replicas would stop
+	// their streaming at the next reconnect; the API server refuses the
+	// edit instead.
+	return r.keepCredentials(ctx, db, replicationSecretName(db), engine.ReplicationUser, "replication account", true)
+}
+
+func (r *DatabaseReconciler) keepCredentials(ctx context.Context, db *dbv1.Database, name, user, what string, immutable bool) error {
+	secret, created, err := r.getOrCreateSecret(ctx, db, name, immutable, func(password string) map[string]string {
+		return map[string]string{corev1.BasicAuthUsernameKey: user, corev1.BasicAuthPasswordKey: password}
 	})
 	if err != nil {
 		return err
 	}
 	if created {
-		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated superuser credentials in Secret %s", secret.Name)
+		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated %s credentials in Secret %s", what, secret.Name)
 		return nil
 	}
 	key := client.ObjectKeyFromObject(secret)
@@ -74,9 +89,9 @@ func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.
 }
 
 // getOrCreateSecret returns db's basic-auth Secret name, creating it (owned
-// by db, with a new password given to data) when there is none; created
-// says it was made now.
-func (r *DatabaseReconciler) getOrCreateSecret(ctx context.Context, db *dbv1.Database, name string, data func(password string) map[string]string) (secret *corev1.Secret, created bool, err error) {
+// by db, with a new password given to data, immutable if asked) when there
+// is none; created says it was made now.
+func (r *DatabaseReconciler) getOrCreateSecret(ctx context.Context, db *dbv1.Database, name string, immutable bool, data func(password string) map[string]string) (secret *corev1.Secret, created bool, err error) {
 	secret = &corev1.Secret{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
 	err = r.Get(ctx, key, secret)
@@ -100,6 +115,9 @@ func (r *DatabaseReconciler) getOrCreateSecret(ctx context.Context, db *dbv1.Dat
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: instanceLabels(db)},
 		Type:       corev1.SecretTypeBasicAuth,
 		Data:       map[string][]byte{},
+	}
+	if immutable {
+		secret.Immutable = &immutable
 	}
 	for k, v := range data(password) {
 		secret.Data[k] = []byte(v)

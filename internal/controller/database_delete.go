@@ -72,10 +72,18 @@ func (r *DatabaseReconciler) deleteVolumes(ctx context.Context, db *dbv1.Databas
 }
 
 // releaseCredentials drops the Database's owner reference from its
-// credentials Secret, so the retained data stays usable.
+// superuser and replication Secrets, so the retained data stays usable
+// (both passwords live in it).
 func (r *DatabaseReconciler) releaseCredentials(ctx context.Context, db *dbv1.Database) error {
+	if err := r.releaseSecret(ctx, db, credentialsSecretName(db)); err != nil {
+		return err
+	}
+	return r.releaseSecret(ctx, db, replicationSecretName(db))
+}
+
+func (r *DatabaseReconciler) releaseSecret(ctx context.Context, db *dbv1.Database, name string) error {
 	secret := &corev1.Secret{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}, secret); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if !metav1.IsControlledBy(secret, db) {

@@ -63,7 +63,7 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		}
 		return nil
 	}
-	creds, err := obs.instances.credentials(ctx)
+	repl, err := obs.instances.replication(ctx)
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		obs.requeueWithin(wait)
 		return nil
 	}
-	return r.failover(ctx, db, obs, pods, primaryPod, creds)
+	return r.failover(ctx, db, obs, pods, primaryPod, repl)
 }
 
 type candidate struct {
@@ -97,7 +97,7 @@ type candidate struct {
 	status engine.Status
 }
 
-func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, creds engine.Credentials) error {
+func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, repl engine.Credentials) error {
 	logger := log.FromContext(ctx)
 	primary := db.Status.CurrentPrimary
 	var cands []candidate
@@ -181,7 +181,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		if c.pod.Name == best.pod.Name {
 			continue
 		}
-		if err := c.inst.Follow(ctx, newPrimary, creds); err != nil {
+		if err := c.inst.Follow(ctx, newPrimary, repl); err != nil {
 			followErrs = append(followErrs, fmt.Errorf("%s: %w", c.pod.Name, err))
 		}
 	}

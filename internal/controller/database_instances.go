@@ -36,10 +36,11 @@ type InstanceConnector struct {
 	Open func(context.Context, dbv1.Engine, engine.Endpoint, engine.Credentials, engine.Options) (engine.Instance, error)
 }
 
-func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database) (engine.Credentials, error) {
+// credentials reads the basic-auth Secret name of db.
+func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database, name string) (engine.Credentials, error) {
 	s := &corev1.Secret{}
-	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: credentialsSecretName(db)}, s); err != nil {
-		return engine.Credentials{}, fmt.Errorf("reading credentials: %w", err)
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s); err != nil {
+		return engine.Credentials{}, fmt.Errorf("reading credentials from Secret %s: %w", name, err)
 	}
 	return engine.Credentials{User: string(s.Data[corev1.BasicAuthUsernameKey]), Password: string(s.Data[corev1.BasicAuthPasswordKey])}, nil
 }
@@ -76,6 +77,7 @@ type instanceSet struct {
 	connector *InstanceConnector
 	db        *dbv1.Database
 	creds     *engine.Credentials
+	repl      *engine.Credentials
 	conns     map[string]engine.Instance
 	unreached map[string]error
 	all       []engine.Instance // to close, dropped ones included
@@ -87,14 +89,25 @@ func newInstanceSet(c *InstanceConnector, db *dbv1.Database) *instanceSet {
 
 // credentials are the superuser's, read once per reconcile.
 func (s *instanceSet) credentials(ctx context.Context) (engine.Credentials, error) {
-	if s.creds == nil {
-		creds, err := s.connector.credentials(ctx, s.db)
+	return s.connector.cached(ctx, s.db, credentialsSecretName(s.db), &s.creds)
+}
+
+// replication are the replication account's, which replicas follow their
+// primary with (never the superuser's), read once per reconcile.
+func (s *instanceSet) replication(ctx context.Context) (engine.Credentials, error) {
+	return s.connector.cached(ctx, s.db, replicationSecretName(s.db), &s.repl)
+}
+
+// cached reads Secret name into *cache the first time.
+func (c *InstanceConnector) cached(ctx context.Context, db *dbv1.Database, name string, cache **engine.Credentials) (engine.Credentials, error) {
+	if *cache == nil {
+		creds, err := c.credentials(ctx, db, name)
 		if err != nil {
 			return engine.Credentials{}, err
 		}
-		s.creds = &creds
+		*cache = &creds
 	}
-	return *s.creds, nil
+	return **cache, nil
 }
 
 func (s *instanceSet) endpoint(ctx context.Context, pod *corev1.Pod) (engine.Endpoint, error) {

@@ -38,7 +38,7 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	if primaryPod == nil || !podReady(primaryPod) {
 		return nil // nothing to follow yet: failover's concern
 	}
-	creds, err := obs.instances.credentials(ctx)
+	repl, err := obs.instances.replication(ctx)
 	if err != nil {
 		return err
 	}
@@ -46,7 +46,7 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	if err != nil {
 		return nil // the primary cannot be reached (no address yet): nothing to follow
 	}
-	p := &rejoin{r: r, db: db, obs: obs, creds: creds, primaryPod: primaryPod, primaryEP: target}
+	p := &rejoin{r: r, db: db, obs: obs, repl: repl, primaryPod: primaryPod, primaryEP: target}
 	var errs []error
 	for i := range pods {
 		pod := &pods[i]
@@ -65,7 +65,7 @@ type rejoin struct {
 	r          *DatabaseReconciler
 	db         *dbv1.Database
 	obs        *observed
-	creds      engine.Credentials
+	repl       engine.Credentials
 	primaryPod *corev1.Pod
 	primaryEP  engine.Endpoint
 }
@@ -87,7 +87,7 @@ func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
 	if st.Source == p.primaryEP.String() {
 		return nil
 	}
-	if err := inst.Follow(ctx, p.primaryEP, p.creds); err != nil {
+	if err := inst.Follow(ctx, p.primaryEP, p.repl); err != nil {
 		return fmt.Errorf("re-pointing at %s: %w", p.primaryPod.Name, err)
 	}
 	p.r.event(p.db, corev1.EventTypeNormal, "ReplicaRepointed", "Rejoin", "%s replicated from %q; it now follows %s", pod.Name, st.Source, p.primaryPod.Name)
@@ -123,7 +123,7 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 		return fmt.Errorf("comparing %s (%s) with primary %s (%s): %w", pod.Name, st.Applied, primary, pst.Applied, err)
 	}
 	if err == nil && cmp <= 0 {
-		if err := inst.Follow(ctx, p.primaryEP, p.creds); err != nil {
+		if err := inst.Follow(ctx, p.primaryEP, p.repl); err != nil {
 			return fmt.Errorf("re-pointing at %s: %w", primary, err)
 		}
 		p.r.event(p.db, corev1.EventTypeNormal, "FormerPrimaryRejoined", "Rejoin",

@@ -47,7 +47,7 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	if currentPod == nil {
 		return fmt.Errorf("switchover to %s: current primary %s has no pod (failover handles a lost primary)", target, current)
 	}
-	creds, err := obs.instances.credentials(ctx)
+	repl, err := obs.instances.replication(ctx)
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
 			continue
 		}
-		err = inst.Follow(ctx, endpoint, creds)
+		err = inst.Follow(ctx, endpoint, repl)
 		switch {
 		case errors.Is(err, engine.ErrNotInRecovery):
 			// A PostgreSQL primary becomes a standby only through a restart:

@@ -45,6 +45,9 @@ func enginePort(e dbv1.Engine) int32 {
 // credentialsSecretName is the Secret holding a Database's superuser credentials.
 func credentialsSecretName(db *dbv1.Database) string { return db.Name + "-credentials" }
 
+// replicationSecretName is the Secret of a Database's replication account.
+func replicationSecretName(db *dbv1.Database) string { return db.Name + "-replication" }
+
 // selectorLabels select a Database's pods, PVCs and owned objects.
 func selectorLabels(db *dbv1.Database) map[string]string {
 	return map[string]string{labelName: chartName, labelInstance: db.Name}
@@ -114,6 +117,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"storage":           storage,
 		"resources":         resourceValues(db.Spec.Resources),
 		"credentialsSecret": credentialsSecretName(db),
+		"replicationSecret": replicationSecretName(db),
 		"operatorNamespace": opts.OperatorNamespace,
 		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
 	}

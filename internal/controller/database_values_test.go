@@ -33,7 +33,7 @@ func TestChartValues(t *testing.T) {
 		return map[string]any{
 			"engine": engine, "version": version, "image": "", "replicas": int64(1),
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
-			"credentialsSecret": "orders-credentials", "operatorNamespace": "",
+			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication", "operatorNamespace": "",
 			"networkPolicy": map[string]any{"enabled": true},
 		}
 	}

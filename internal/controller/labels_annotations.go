@@ -40,7 +40,8 @@ const (
 	// last applied, so a render that drops a field (which the live object
 	// would still carry) is noticed.
 	appliedHashAnnotation = "database.example.com/applied-hash"
-	// appliedPasswordAnnotation, on the application Secret, is a hash of
+	// appliedPasswordAnnotation, on the application and replication
+	// Secrets, is a hash of
 	// the password last set on the server: a changed password in the
 	// Secret is set on the server (rotation) and the hash updated.
 	appliedPasswordAnnotation = "database.example.com/applied-password-sha256"

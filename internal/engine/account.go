@@ -12,22 +12,47 @@ import (
 	"strings"
 )
 
+// ReplicationUser is the account replicas stream the primary's changes
+// with. The start scripts create it with a new primary and the operator
+// keeps its password; a restore leaves the restored Database's own.
+const ReplicationUser = "streaming_replica"
+
 // Account is an application account: it logs in, owns its database and
 // can do anything inside it, and nothing else. It has no superuser,
 // replication or READ ONLY ADMIN right, so a fenced primary or a replica
 // (read-only) refuses its writes, which is what fencing relies on.
+//
+// With Replication, it is the replication account instead: it may stream
+// the primary's changes (PostgreSQL's REPLICATION attribute, MySQL's and
+// MariaDB's REPLICATION SLAVE) and nothing else, no database included, so
+// the superuser stays the operator's own.
 type Account struct {
 	User, Password, Database string
+	Replication              bool
+}
+
+func (a Account) kind() string {
+	if a.Replication {
+		return "replication account"
+	}
+	return "application account"
 }
 
 func (a Account) validate() error {
-	for what, v := range map[string]string{"user": a.User, "database": a.Database} {
+	fields := map[string]string{"user": a.User, "database": a.Database}
+	if a.Replication {
+		if a.Database != "" {
+			return fmt.Errorf("replication account %s: it owns no database (%q given)", a.User, a.Database)
+		}
+		delete(fields, "database")
+	}
+	for what, v := range fields {
 		if v == "" || len(v) > 63 || strings.ContainsAny(v, "'\"`\\\x00") {
-			return fmt.Errorf("application account: %s %q must be 1 to 63 characters without quotes or backslashes", what, v)
+			return fmt.Errorf("%s: %s %q must be 1 to 63 characters without quotes or backslashes", a.kind(), what, v)
 		}
 	}
 	if a.Password == "" {
-		return fmt.Errorf("application account %s: empty password", a.User)
+		return fmt.Errorf("%s %s: empty password", a.kind(), a.User)
 	}
 	return nil
 }

@@ -123,7 +123,8 @@ type Instance interface {
 	// Close ends the connection.
 	Close() error
 	// EnsureAccount creates or updates the application account and its
-	// database (on the primary; replicas get it by replication).
+	// database, or the replication account (on the primary; replicas get
+	// it by replication).
 	EnsureAccount(ctx context.Context, a Account) error
 	// ForkPoint is where this server's history left timeline tli (asked
 	// of a promoted PostgreSQL primary about its old primary's timeline):

@@ -56,9 +56,19 @@ func (mysqlDialect) sourcePortColumn() string { return "Source_Port" }
 // MySQL 8.4 rewrites the password out of its logs and binary log.
 func (mysqlDialect) account(a Account) []string {
 	user, pw := mysqlLiteral(a.User)+"@'%'", mysqlLiteral(a.Password)
-	return []string{
+	return append([]string{
 		"CREATE USER IF NOT EXISTS " + user + " IDENTIFIED BY " + pw,
 		"ALTER USER " + user + " IDENTIFIED BY " + pw,
+	}, grants(a, user)...)
+}
+
+// grants gives an account its rights: the application account all of its
+// database, the replication account the right to read the binary log.
+func grants(a Account, user string) []string {
+	if a.Replication {
+		return []string{"GRANT REPLICATION SLAVE ON *.* TO " + user}
+	}
+	return []string{
 		"CREATE DATABASE IF NOT EXISTS `" + a.Database + "`",
 		"GRANT ALL PRIVILEGES ON `" + a.Database + "`.* TO " + user,
 	}
@@ -120,12 +130,10 @@ func (mariadbDialect) fence() []string { return []string{"SET GLOBAL read_only =
 // the statement nor the binary log that replicates it holds the password.
 func (mariadbDialect) account(a Account) []string {
 	user, hash := mysqlLiteral(a.User)+"@'%'", mysqlLiteral(nativePasswordHash(a.Password))
-	return []string{
+	return append([]string{
 		"CREATE USER IF NOT EXISTS " + user + " IDENTIFIED BY PASSWORD " + hash,
 		"ALTER USER " + user + " IDENTIFIED BY PASSWORD " + hash,
-		"CREATE DATABASE IF NOT EXISTS `" + a.Database + "`",
-		"GRANT ALL PRIVILEGES ON `" + a.Database + "`.* TO " + user,
-	}
+	}, grants(a, user)...)
 }
 func (mariadbDialect) unfence() []string { return []string{"SET GLOBAL read_only = OFF"} }
 func (mariadbDialect) promote() []string {

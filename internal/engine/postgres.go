@@ -430,7 +430,9 @@ func (p *postgres) Empty(ctx context.Context) (bool, error) {
 
 // EnsureAccount creates or updates the application account (a role that
 // logs in with the given password and nothing more) and its database,
-// which it owns. The password travels as a SCRAM verifier.
+// which it owns, or the replication account (a role that logs in and
+// streams WAL: REPLICATION, no database). The password travels as a SCRAM
+// verifier.
 func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
 	if err := a.validate(); err != nil {
 		return err
@@ -448,8 +450,15 @@ func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
 	if exists {
 		verb = "ALTER ROLE " + role + " WITH"
 	}
-	if _, err := p.conn.Exec(ctx, verb+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '"+verifier+"'"); err != nil {
+	replication := "NOREPLICATION"
+	if a.Replication {
+		replication = "REPLICATION"
+	}
+	if _, err := p.conn.Exec(ctx, verb+" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE "+replication+" NOBYPASSRLS PASSWORD '"+verifier+"'"); err != nil {
 		return fmt.Errorf("PostgreSQL %s: %s (password set by verifier): %w", p.ep, verb, err)
+	}
+	if a.Replication {
+		return nil
 	}
 	if err := p.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, a.Database).Scan(&exists); err != nil {
 		return fmt.Errorf("PostgreSQL %s: looking up database %s: %w", p.ep, a.Database, err)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // The high-availability tests: failover, rejoin, divergence and switchover
@@ -98,6 +99,86 @@ func (d dialect) superuser(t testing.TB, db *dbv1.Database, host string) *sql.DB
 	t.Helper()
 	user, password := credentials(t, db)
 	return d.open(t, host, user, password, "")
+}
+
+// replicatingAs says how primary's replicas stream ("" when every one of
+// the want of them streams as the replication account, never as the
+// superuser): PostgreSQL asked on the primary, MySQL and MariaDB on each
+// replica.
+func (d dialect) replicatingAs(t testing.TB, db *dbv1.Database, primary string, want int) string {
+	t.Helper()
+	ns := db.Namespace
+	if d.engine == dbv1.EnginePostgreSQL {
+		c := d.superuser(t, db, podIP(t, ns, primary))
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var users []string
+		rows, err := c.QueryContext(ctx, "SELECT usename FROM pg_stat_replication WHERE state = 'streaming' ORDER BY usename")
+		if err != nil {
+			return err.Error()
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var u string
+			if err := rows.Scan(&u); err != nil {
+				return err.Error()
+			}
+			users = append(users, u)
+		}
+		if len(users) != want || slices.ContainsFunc(users, func(u string) bool { return u != engine.ReplicationUser }) {
+			return fmt.Sprintf("replicas stream as %v, want %d as %s", users, want, engine.ReplicationUser)
+		}
+		return ""
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + db.Name})
+	if err != nil {
+		return err.Error()
+	}
+	var users []string
+	for _, p := range pods.Items {
+		if p.Name == primary || p.Status.PodIP == "" {
+			continue
+		}
+		c := d.superuser(t, db, p.Status.PodIP)
+		u, err := masterUser(c)
+		c.Close()
+		if err != nil {
+			return p.Name + ": " + err.Error()
+		}
+		users = append(users, u)
+	}
+	if len(users) != want || slices.ContainsFunc(users, func(u string) bool { return u != engine.ReplicationUser }) {
+		return fmt.Sprintf("replicas replicate as %v, want %d as %s", users, want, engine.ReplicationUser)
+	}
+	return ""
+}
+
+// masterUser is the account a MariaDB replica replicates with.
+func masterUser(c *sql.DB) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := c.QueryContext(ctx, "SHOW SLAVE STATUS")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil || !rows.Next() {
+		return "", fmt.Errorf("no replica status (%v)", err)
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return "", err
+	}
+	if i := slices.Index(cols, "Master_User"); i >= 0 {
+		return string(vals[i]), nil
+	}
+	return "", fmt.Errorf("no Master_User in %v", cols)
 }
 
 // appCredentials waits for the application account (its Secret, and the
@@ -367,6 +448,11 @@ func TestFailover(t *testing.T) {
 			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 52, 52, "streams")
 			eventually(t, 30*time.Second, "the former primary streams from the new one", func() string {
 				return atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, 52, true) })
+			})
+			// The replicas the failover re-pointed, and the former primary
+			// that came back, stream as the replication account.
+			eventually(t, 30*time.Second, "every replica streaming as the replication account", func() string {
+				return d.replicatingAs(t, db, newName, 2)
 			})
 			wantEvents(t, db, "PrimaryUnhealthy", "FailoverStarted", "FailoverCompleted")
 			rotateAppPassword(t, d, db, old)

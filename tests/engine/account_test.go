@@ -147,3 +147,160 @@ func eventuallyErr(t *testing.T, f func() error) {
 	}
 	t.Fatalf("still failing after 10 s: %v", err)
 }
+
+// TestReplicationAccount: a replica the start script clones streams as the
+// replication account, never as the superuser; the account can stream and
+// do nothing else (no table, no database); EnsureAccount keeps it
+// (idempotent), and Follow with its credentials re-points a replica that
+// then streams new rows.
+func TestReplicationAccount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	acct := engine.Account{User: engine.ReplicationUser, Password: testservers.ReplicationPassword, Replication: true}
+	repl := engine.Credentials{User: acct.User, Password: acct.Password}
+
+	t.Run("postgresql", func(t *testing.T) {
+		pg := testservers.StartPostgresPrimary(t)
+		r := pg.StartReplica(t)
+		streamingAs := func() error {
+			c, err := pg.Connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			var users []string
+			rows, err := c.Query(ctx, "SELECT usename FROM pg_stat_replication WHERE state = 'streaming'")
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var u string
+				if err := rows.Scan(&u); err != nil {
+					return err
+				}
+				users = append(users, u)
+			}
+			if len(users) != 1 || users[0] != engine.ReplicationUser {
+				return fmt.Errorf("streaming as %v, want [%s]", users, engine.ReplicationUser)
+			}
+			return nil
+		}
+		eventuallyErr(t, streamingAs)
+		for range 2 {
+			if err := pg.Instance(t).EnsureAccount(ctx, acct); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg, err := pgx.ParseConfig("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(pg.Port), acct.User, acct.Password, "postgres"
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatalf("the replication account logs in: %v", err)
+		}
+		defer c.Close(ctx)
+		for _, stmt := range []string{"CREATE TABLE stolen (i int)", "CREATE DATABASE elsewhere", "CREATE ROLE other"} {
+			if _, err := c.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "permission denied") {
+				t.Errorf("the replication account's %q: %v, want permission denied", stmt, err)
+			}
+		}
+		// Re-pointed with the account's credentials (the password from the
+		// replica's password file), it streams again.
+		if err := r.Instance(t).Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: pg.Port}, repl); err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.Exec(ctx, "CREATE TABLE after_follow (i int); INSERT INTO after_follow VALUES (1)"); err != nil {
+			t.Fatal(err)
+		}
+		eventuallyErr(t, func() error {
+			c, err := r.Connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			var n int
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM after_follow").Scan(&n); err != nil || n != 1 {
+				return fmt.Errorf("%d rows on the replica (%v)", n, err)
+			}
+			return streamingAs()
+		})
+	})
+
+	t.Run("mariadb", func(t *testing.T) {
+		ma := testservers.StartMariaDBPrimary(t)
+		r := ma.StartReplica(t)
+		masterUser := func() (string, error) {
+			db, err := r.DB(ctx, "root", testservers.MariaDBRootPassword)
+			if err != nil {
+				return "", err
+			}
+			defer db.Close()
+			rows, err := db.QueryContext(ctx, "SHOW SLAVE STATUS")
+			if err != nil {
+				return "", err
+			}
+			defer rows.Close()
+			cols, err := rows.Columns()
+			if err != nil || !rows.Next() {
+				return "", fmt.Errorf("no replica status (%v)", err)
+			}
+			vals := make([]sql.RawBytes, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				return "", err
+			}
+			for i, c := range cols {
+				if c == "Master_User" {
+					return string(vals[i]), nil
+				}
+			}
+			return "", fmt.Errorf("no Master_User in %v", cols)
+		}
+		if u, err := masterUser(); err != nil || u != engine.ReplicationUser {
+			t.Fatalf("the clone replicates as %q (%v), want %s", u, err, engine.ReplicationUser)
+		}
+		for range 2 {
+			if err := ma.Instance(t).EnsureAccount(ctx, acct); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db, err := ma.DB(ctx, acct.User, acct.Password)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for _, stmt := range []string{"CREATE DATABASE stolen", "CREATE TABLE mysql.stolen (i int)", "SELECT * FROM mysql.global_priv"} {
+			if _, err := db.ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "denied") {
+				t.Errorf("the replication account's %q: %v, want it denied", stmt, err)
+			}
+		}
+		if err := r.Instance(t).Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: ma.Port}, repl); err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.after_follow (i INT PRIMARY KEY)", "INSERT INTO shop.after_follow VALUES (1)"} {
+			if err := ma.RootExec(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventuallyErr(t, func() error {
+			db, err := r.DB(ctx, "root", testservers.MariaDBRootPassword)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT count(*) FROM shop.after_follow").Scan(&n); err != nil || n != 1 {
+				return fmt.Errorf("%d rows on the replica (%v)", n, err)
+			}
+			if u, err := masterUser(); err != nil || u != engine.ReplicationUser {
+				return fmt.Errorf("replicating as %q (%v)", u, err)
+			}
+			return nil
+		})
+	})
+}

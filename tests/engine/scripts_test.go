@@ -52,8 +52,8 @@ func topologyDir(t *testing.T, data map[string]string) string {
 func TestStartScriptsRefuseAnEmptyPrimary(t *testing.T) {
 	topo := topologyDir(t, map[string]string{"primary": "db-0", "initialized": "true"})
 	for name, env := range map[string][]string{
-		"postgres-start.sh": {"PGDATA=" + filepath.Join(t.TempDir(), "pgdata"), "POSTGRES_USER=postgres", "POSTGRES_PASSWORD=x"},
-		"mysql-start.sh":    {"ENGINE=mariadb", "DATADIR=" + filepath.Join(t.TempDir(), "data"), "ROOT_PASSWORD=x"},
+		"postgres-start.sh": {"PGDATA=" + filepath.Join(t.TempDir(), "pgdata"), "POSTGRES_USER=postgres", "POSTGRES_PASSWORD=x", "REPLICATION_USER=r", "REPLICATION_PASSWORD=x"},
+		"mysql-start.sh":    {"ENGINE=mariadb", "DATADIR=" + filepath.Join(t.TempDir(), "data"), "ROOT_PASSWORD=x", "REPLICATION_USER=r", "REPLICATION_PASSWORD=x"},
 	} {
 		out, err := runScript(t, name, append(env, "POD_NAME=db-0", "TOPOLOGY_DIR="+topo), "true")
 		if err == nil || !strings.Contains(out, "refusing to start an empty one") {
@@ -79,7 +79,7 @@ func TestMariaDBCloneFailsWholly(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	out, err := runScript(t, "mysql-start.sh", []string{
-		"ENGINE=mariadb", "POD_NAME=db-1", "DATADIR=" + data, "ROOT_PASSWORD=x",
+		"ENGINE=mariadb", "POD_NAME=db-1", "DATADIR=" + data, "ROOT_PASSWORD=x", "REPLICATION_USER=r", "REPLICATION_PASSWORD=x",
 		"TOPOLOGY_DIR=" + topologyDir(t, map[string]string{"primary": "db-0"}),
 		"PRIMARY_HOST=127.0.0.1", "PRIMARY_PORT=1", // nothing listens there
 		"MYSQLD_OPTS=--no-defaults --user=root --tmpdir=" + testservers.PrivateTmp(t, dir),

@@ -17,14 +17,15 @@
 # are exec'd (the server, or the image's entrypoint with the server).
 #
 # Environment: ENGINE (mariadb or mysql), POD_NAME, POD_INDEX (the ordinal:
-# server id 1000+POD_INDEX), DATADIR, ROOT_PASSWORD,
+# server id 1000+POD_INDEX), DATADIR, ROOT_PASSWORD, REPLICATION_USER and
+# REPLICATION_PASSWORD (the account replicas stream with: never root),
 # PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (key
 # "primary", keys "rebuild-<pod>" with a token), PRIMARY_HOST/PRIMARY_PORT
 # (override the primary's address; tests use them), MYSQLD_OPTS (options
 # put first on every server and initializer command line).
 set -eu
 
-: "${ENGINE:?}" "${POD_NAME:?}" "${DATADIR:?}" "${ROOT_PASSWORD:?}"
+: "${ENGINE:?}" "${POD_NAME:?}" "${DATADIR:?}" "${ROOT_PASSWORD:?}" "${REPLICATION_USER:?}" "${REPLICATION_PASSWORD:?}"
 log_name=mysql-start data="$DATADIR" default_port=3306
 . "$(dirname "$0")/topology.sh"
 
@@ -83,7 +84,7 @@ quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/\\\\/\\\\\\\\/g; s/'/''/g")
 init_primary() {
 	log "initializing a new primary"
 	initialize
-	pw="$(quote "$ROOT_PASSWORD")"
+	pw="$(quote "$ROOT_PASSWORD")" repl="$(quote "$REPLICATION_USER")@'%'" repl_pw="$(quote "$REPLICATION_PASSWORD")"
 	# Kept out of the binary log: every instance starts from an empty GTID
 	# position, so no replica looks diverged from its first primary.
 	cleanup=""
@@ -97,6 +98,8 @@ init_primary() {
 		ALTER USER 'root'@'localhost' IDENTIFIED BY $pw;
 		CREATE USER IF NOT EXISTS 'root'@'%' IDENTIFIED BY $pw;
 		GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION;
+		CREATE USER IF NOT EXISTS $repl IDENTIFIED BY $repl_pw;
+		GRANT REPLICATION SLAVE ON *.* TO $repl;
 		FLUSH PRIVILEGES;
 	SQL
 	finish
@@ -105,7 +108,9 @@ init_primary() {
 clone() {
 	log "cloning $primary ($host:$port)"
 	initialize
-	pw="$(quote "$ROOT_PASSWORD")"
+	# The dump reads everything as root; the stream needs only the
+	# replication account.
+	user="$(quote "$REPLICATION_USER")" pw="$(quote "$REPLICATION_PASSWORD")"
 	h="$(quote "$host")"
 	# The dump goes to the volume first: a dump that stops half way must
 	# fail the clone, never load as if it were whole (sh has no pipefail).
@@ -125,7 +130,7 @@ clone() {
 		} | MYSQL_PWD="" sql
 		rm -f "$dumpfile"
 		sql <<-SQL
-			CHANGE MASTER TO MASTER_HOST = $h, MASTER_PORT = $port, MASTER_USER = 'root',
+			CHANGE MASTER TO MASTER_HOST = $h, MASTER_PORT = $port, MASTER_USER = $user,
 			  MASTER_PASSWORD = $pw, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1;
 		SQL
 	else
@@ -140,7 +145,7 @@ clone() {
 		} | MYSQL_PWD="" sql
 		rm -f "$dumpfile"
 		sql <<-SQL
-			CHANGE REPLICATION SOURCE TO SOURCE_HOST = $h, SOURCE_PORT = $port, SOURCE_USER = 'root',
+			CHANGE REPLICATION SOURCE TO SOURCE_HOST = $h, SOURCE_PORT = $port, SOURCE_USER = $user,
 			  SOURCE_PASSWORD = $pw, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1;
 		SQL
 	fi

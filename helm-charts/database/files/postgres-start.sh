@@ -13,8 +13,10 @@
 # Then it execs postgres with the container's arguments. A clone or rewind
 # that cannot reach the primary fails the start; the kubelet retries.
 #
-# Environment: POD_NAME, PGDATA, POSTGRES_USER, POSTGRES_PASSWORD (written to
-# <volume>/.pgpass, PGPASSFILE for the clients and the server),
+# Environment: POD_NAME, PGDATA, POSTGRES_USER, POSTGRES_PASSWORD,
+# REPLICATION_USER, REPLICATION_PASSWORD (the account standbys stream with:
+# never the superuser; both passwords written to <volume>/.pgpass,
+# PGPASSFILE for the clients and the server),
 # PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (the operator's
 # topology ConfigMap: key "primary", keys "rebuild-<pod>" with a token, key
 # "initialized" once the Database has served),
@@ -22,7 +24,7 @@
 # them), INITDB_EXTRA_ARGS, BASEBACKUP_EXTRA_ARGS.
 set -eu
 
-: "${POD_NAME:?}" "${PGDATA:?}" "${POSTGRES_USER:?}" "${POSTGRES_PASSWORD:?}"
+: "${POD_NAME:?}" "${PGDATA:?}" "${POSTGRES_USER:?}" "${POSTGRES_PASSWORD:?}" "${REPLICATION_USER:?}" "${REPLICATION_PASSWORD:?}"
 log_name=postgres-start data="$PGDATA" default_port=5432
 . "$(dirname "$0")/topology.sh"
 
@@ -35,7 +37,9 @@ export PGPASSFILE
 pgpass_field() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/:/\\:/g'; }
 (
 	umask 077
-	printf '*:*:*:%s:%s\n' "$(pgpass_field "$POSTGRES_USER")" "$(pgpass_field "$POSTGRES_PASSWORD")" >"$PGPASSFILE.new"
+	for who in "$POSTGRES_USER:$POSTGRES_PASSWORD" "$REPLICATION_USER:$REPLICATION_PASSWORD"; do
+		printf '*:*:*:%s:%s\n' "$(pgpass_field "${who%%:*}")" "$(pgpass_field "${who#*:}")"
+	done >"$PGPASSFILE.new"
 )
 mv "$PGPASSFILE.new" "$PGPASSFILE"
 
@@ -50,7 +54,27 @@ init_primary() {
 	initdb -D "$PGDATA.init" -U "$POSTGRES_USER" --pwfile="$pwfile" \
 		--auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C ${INITDB_EXTRA_ARGS:-} >&2
 	rm -f "$pwfile"
+	# The replication account exists before any standby asks for it. The
+	# single-user server reads the statement from stdin: the password is on
+	# no command line, and is stored as a SCRAM verifier.
+	printf 'CREATE ROLE "%s" WITH LOGIN REPLICATION PASSWORD '"'%s'"'\n' \
+		"$REPLICATION_USER" "$(printf '%s' "$REPLICATION_PASSWORD" | sed "s/'/''/g")" |
+		postgres --single -D "$PGDATA.init" postgres >/dev/null
 	mv "$PGDATA.init" "$PGDATA"
+}
+
+# follow_primary points this standby at the primary as the replication
+# account. pg_basebackup -R and pg_rewind -R write their own connection's
+# settings, the password read from the password file included: those are
+# replaced by settings without it (the WAL receiver reads the file).
+follow_primary() {
+	auto="$PGDATA/postgresql.auto.conf"
+	{
+		grep -v '^primary_conninfo' "$auto" || true
+		printf "primary_conninfo = 'host=%s port=%s user=%s'\n" "$host" "$port" "$REPLICATION_USER"
+	} >"$auto.new"
+	chmod 0600 "$auto.new"
+	mv "$auto.new" "$auto"
 }
 
 clone() {
@@ -60,10 +84,11 @@ clone() {
 	# the backup needs. The clone lands under a temporary name first, so a
 	# failed copy is never mistaken for data.
 	# shellcheck disable=SC2086
-	pg_basebackup -h "$host" -p "$port" -U "$POSTGRES_USER" -D "$PGDATA.clone" \
+	pg_basebackup -h "$host" -p "$port" -U "$REPLICATION_USER" -D "$PGDATA.clone" \
 		-R -X stream -c fast ${BASEBACKUP_EXTRA_ARGS:-} >&2
 	mv "$PGDATA.clone" "$PGDATA"
 	chmod 0700 "$PGDATA"
+	follow_primary
 }
 
 rewind() {
@@ -84,8 +109,11 @@ rewind() {
 	# directory's, its checkpoint records wal_log_hints off and the rewind
 	# refuses, so a crashed primary was always cloned instead.
 	# shellcheck disable=SC2086 # the option is one word or none
+	# (The superuser: pg_rewind reads the source's files through functions
+	# the replication account may not call.)
 	if rewind_keeping_diverged -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R \
 		${config_file:+--config-file="$config_file"}; then
+		follow_primary
 		return
 	fi
 	log "pg_rewind failed: cloning instead"

@@ -43,6 +43,11 @@ app.kubernetes.io/part-of: database-operator
 {{- .Values.credentialsSecret | default (printf "%s-credentials" (include "database.fullname" .)) -}}
 {{- end -}}
 
+{{/* The Secret of the replication account. */}}
+{{- define "database.replicationSecret" -}}
+{{- .Values.replicationSecret | default (printf "%s-replication" (include "database.fullname" .)) -}}
+{{- end -}}
+
 {{/* Where the data volume is mounted. */}}
 {{- define "database.dataPath" -}}
 {{- if eq .Values.engine "postgresql" -}}/var/lib/postgresql/data{{- else -}}/var/lib/mysql{{- end -}}

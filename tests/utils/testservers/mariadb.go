@@ -117,6 +117,7 @@ func (m *MariaDB) Restart(t testing.TB) {
 	tmp := PrivateTmp(t, m.Dir)
 	env := append(m.topo.env(m.Pod), "ENGINE=mariadb", "DATADIR="+m.Data(), "POD_INDEX="+strconv.Itoa(m.ordinal),
 		"ROOT_PASSWORD="+MariaDBRootPassword, "MYSQLD_OPTS=--no-defaults --user=root --tmpdir="+tmp)
+	env = append(env, replicationEnv()...)
 	name, args := "sh", []string{script}
 	if eat, err := exec.LookPath("eatmydata"); err == nil { // no fsync: 0.5 s to initialize instead of 4
 		name, args = eat, []string{"sh", script}

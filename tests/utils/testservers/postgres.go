@@ -110,6 +110,7 @@ func (p *Postgres) startServer(t testing.TB) {
 		"PATH="+p.bin+":"+os.Getenv("PATH"), "PGDATA="+p.Data(),
 		"POSTGRES_USER=postgres", "POSTGRES_PASSWORD="+p.Password,
 		"INITDB_EXTRA_ARGS=--no-sync", "BASEBACKUP_EXTRA_ARGS=--no-sync")
+	env = append(env, replicationEnv()...)
 	// The settings are in a configuration file outside the data
 	// directory, named by config_file as the chart's pod does: pg_rewind's
 	// crash recovery reads it (with settings on the command line only, it

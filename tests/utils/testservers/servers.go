@@ -212,3 +212,12 @@ func openInstance(t testing.TB, e dbv1.Engine, port int, creds engine.Credential
 	t.Cleanup(func() { _ = inst.Close() })
 	return inst
 }
+
+// ReplicationPassword is the replication account's password on every test
+// server (the account is engine.ReplicationUser, made by the start scripts).
+const ReplicationPassword = "test-Replication-1"
+
+// replicationEnv is what the start scripts need of the replication account.
+func replicationEnv() []string {
+	return []string{"REPLICATION_USER=" + engine.ReplicationUser, "REPLICATION_PASSWORD=" + ReplicationPassword}
+}
