@@ -27,6 +27,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
+	"example.com/database-operator/tests/utils/testservers"
 )
 
 // The high-availability tests: failover, rejoin, divergence and switchover
@@ -141,7 +142,9 @@ func (d dialect) replicatingAs(t testing.TB, db *dbv1.Database, primary string, 
 			continue
 		}
 		c := d.superuser(t, db, p.Status.PodIP)
-		u, err := masterUser(c)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		u, err := testservers.MasterUser(ctx, c)
+		cancel()
 		c.Close()
 		if err != nil {
 			return p.Name + ": " + err.Error()
@@ -152,33 +155,6 @@ func (d dialect) replicatingAs(t testing.TB, db *dbv1.Database, primary string, 
 		return fmt.Sprintf("replicas replicate as %v, want %d as %s", users, want, engine.ReplicationUser)
 	}
 	return ""
-}
-
-// masterUser is the account a MariaDB replica replicates with.
-func masterUser(c *sql.DB) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rows, err := c.QueryContext(ctx, "SHOW SLAVE STATUS")
-	if err != nil {
-		return "", err
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil || !rows.Next() {
-		return "", fmt.Errorf("no replica status (%v)", err)
-	}
-	vals := make([]sql.RawBytes, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		return "", err
-	}
-	if i := slices.Index(cols, "Master_User"); i >= 0 {
-		return string(vals[i]), nil
-	}
-	return "", fmt.Errorf("no Master_User in %v", cols)
 }
 
 // appCredentials waits for the application account (its Secret, and the

@@ -237,29 +237,7 @@ func TestReplicationAccount(t *testing.T) {
 				return "", err
 			}
 			defer db.Close()
-			rows, err := db.QueryContext(ctx, "SHOW SLAVE STATUS")
-			if err != nil {
-				return "", err
-			}
-			defer rows.Close()
-			cols, err := rows.Columns()
-			if err != nil || !rows.Next() {
-				return "", fmt.Errorf("no replica status (%v)", err)
-			}
-			vals := make([]sql.RawBytes, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				return "", err
-			}
-			for i, c := range cols {
-				if c == "Master_User" {
-					return string(vals[i]), nil
-				}
-			}
-			return "", fmt.Errorf("no Master_User in %v", cols)
+			return testservers.MasterUser(ctx, db)
 		}
 		if u, err := masterUser(); err != nil || u != engine.ReplicationUser {
 			t.Fatalf("the clone replicates as %q (%v), want %s", u, err, engine.ReplicationUser)

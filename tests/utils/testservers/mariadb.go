@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,4 +212,30 @@ func (m *MariaDB) Count(t testing.TB, table string) int {
 // Instance opens the engine layer's view of this server as root.
 func (m *MariaDB) Instance(t testing.TB) engine.Instance {
 	return openInstance(t, dbv1.EngineMariaDB, m.Port, engine.Credentials{User: "root", Password: MariaDBRootPassword})
+}
+
+// MasterUser is the account a MariaDB replica replicates with (its
+// SHOW SLAVE STATUS), asked over c.
+func MasterUser(ctx context.Context, c *sql.DB) (string, error) {
+	rows, err := c.QueryContext(ctx, "SHOW SLAVE STATUS")
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil || !rows.Next() {
+		return "", fmt.Errorf("no replica status (%v)", err)
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return "", err
+	}
+	if i := slices.Index(cols, "Master_User"); i >= 0 {
+		return string(vals[i]), nil
+	}
+	return "", fmt.Errorf("no Master_User in %v", cols)
 }
