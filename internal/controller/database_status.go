@@ -113,121 +113,155 @@ const (
 // which meta.SetStatusCondition keeps when a condition does not change).
 func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	st := *db.Status.DeepCopy()
-	desired := max(db.Spec.Replicas, 1)
-	port := enginePort(db.Spec.Engine)
+	in := summarize(db, obs)
+	setObserved(&st, in)
+	setReadyCondition(&st, in)
+	if obs.restored != nil {
+		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
+	}
+	backupStatus(&st, db, obs)
+	setProgressingCondition(&st, in)
+	setDegradedCondition(&st, in)
+	st.Phase = phaseOf(in)
+	if obs.err == nil && obs.waiting == "" {
+		st.ObservedGeneration = db.Generation
+	}
+	return st
+}
 
+// statusInput is what the status setters read: the Database, what the
+// reconcile observed, and the counts and rollout state derived from it once.
+type statusInput struct {
+	db           *dbv1.Database
+	obs          *observed
+	desired      int32
+	ready        int32
+	primary      string
+	primaryReady bool // the recorded primary's pod is ready and labelled primary
+	allReady     bool
+	progressing  bool
+	progress     struct{ reason, message string }
+}
+
+func summarize(db *dbv1.Database, obs *observed) statusInput {
+	in := statusInput{db: db, obs: obs, desired: max(db.Spec.Replicas, 1), primary: primaryName(db, obs)}
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
+			continue
+		}
+		in.ready++
+		if p.Name == in.primary && p.Labels[labelRole] == rolePrimary {
+			in.primaryReady = true
+		}
+	}
+	in.allReady = in.primaryReady && in.ready == in.desired
+	in.progressing, in.progress.reason, in.progress.message = rollout(db, obs.statefulSet, in.desired)
+	if obs.waiting != "" {
+		in.progressing, in.progress.reason, in.progress.message = true, ReasonResizing, obs.waiting
+	}
+	return in
+}
+
+// setObserved sets the fields that report what is there: version,
+// selector, endpoints, counts, the primary and the failover record.
+func setObserved(st *dbv1.DatabaseStatus, in statusInput) {
+	db, obs := in.db, in.obs
+	port := enginePort(db.Spec.Engine)
 	st.Version = effectiveVersion(db)
 	st.Selector = labels.SelectorFromSet(selectorLabels(db)).String()
 	st.Endpoints = dbv1.Endpoints{
 		ReadWrite: fmt.Sprintf("%s-rw.%s.svc:%d", db.Name, db.Namespace, port),
 		ReadOnly:  fmt.Sprintf("%s-ro.%s.svc:%d", db.Name, db.Namespace, port),
 	}
-
-	primary := primaryName(db, obs)
-	primaryReady := false
-	var ready int32
-	for i := range obs.pods {
-		p := &obs.pods[i]
-		if !p.DeletionTimestamp.IsZero() || !podReady(p) {
-			continue
-		}
-		ready++
-		if p.Name == primary && p.Labels[labelRole] == rolePrimary {
-			primaryReady = true
-		}
-	}
-	st.ReadyReplicas = ready
+	st.ReadyReplicas = in.ready
 	st.Replicas = 0
 	if obs.statefulSet != nil {
 		st.Replicas = obs.statefulSet.Status.Replicas
 	}
-	if primaryReady || obs.promoted != "" {
-		st.CurrentPrimary = primary
+	if in.primaryReady || obs.promoted != "" {
+		st.CurrentPrimary = in.primary
 	}
 	st.PrimaryUnhealthySince = obs.primaryUnhealthySince
 	if obs.failover != nil {
 		st.LastFailover = obs.failover
 	}
+}
 
-	progressing, progressReason, progressMsg := rollout(db, obs.statefulSet, desired)
-	if obs.waiting != "" {
-		progressing, progressReason, progressMsg = true, ReasonResizing, obs.waiting
-	}
-	allReady := primaryReady && ready == desired
-
-	// Ready
+// setReadyCondition: every instance ready and the primary serving; a
+// Database bootstrapped from a backup is Ready only once it was restored.
+func setReadyCondition(st *dbv1.DatabaseStatus, in statusInput) {
+	db, obs := in.db, in.obs
 	switch {
-	case allReady:
-		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionTrue, ReasonAllInstancesReady,
-			readyMessage(obs, ready, desired, primary))
-	case !primaryReady:
-		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonPrimaryNotReady,
-			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", primary, ready, desired))
-	default:
-		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonInstancesNotReady,
-			fmt.Sprintf("%d/%d instances ready", ready, desired))
-	}
-
-	// A Database bootstrapped from a backup is Ready only once it was restored.
-	if obs.restored != nil {
-		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
-	}
-	if obs.restoring {
+	case obs.restoring:
 		reason, msg := ReasonRestoring, "the bootstrap backup is not loaded yet"
 		if obs.restored != nil {
 			reason, msg = obs.restored.Reason, obs.restored.Message
 		}
-		setCondition(&st, db, dbv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case in.allReady:
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionTrue, ReasonAllInstancesReady,
+			readyMessage(obs, in.ready, in.desired, in.primary))
+	case !in.primaryReady:
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonPrimaryNotReady,
+			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", in.primary, in.ready, in.desired))
+	default:
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonInstancesNotReady,
+			fmt.Sprintf("%d/%d instances ready", in.ready, in.desired))
 	}
-	backupStatus(&st, db, obs)
+}
 
-	// Progressing
-	if progressing {
-		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionTrue, progressReason, progressMsg)
-	} else {
-		setCondition(&st, db, dbv1.ConditionProgressing, metav1.ConditionFalse, ReasonReconciled,
-			fmt.Sprintf("%d instances of %s %s match the spec", desired, db.Spec.Engine, st.Version))
+// setProgressingCondition: the StatefulSet still moves towards the spec,
+// or the volumes are being replaced to grow.
+func setProgressingCondition(st *dbv1.DatabaseStatus, in statusInput) {
+	if in.progressing {
+		setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionTrue, in.progress.reason, in.progress.message)
+		return
 	}
+	setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionFalse, ReasonReconciled,
+		fmt.Sprintf("%d instances of %s %s match the spec", in.desired, in.db.Spec.Engine, st.Version))
+}
 
-	// Degraded: a phase failed, or the rollout is done and still not all is ready.
+// setDegradedCondition: a phase failed, or the rollout is done and still
+// not all is ready.
+func setDegradedCondition(st *dbv1.DatabaseStatus, in statusInput) {
+	db, obs := in.db, in.obs
 	switch {
 	case obs.err != nil:
-		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
-	case !progressing && !primaryReady:
-		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonPrimaryNotReady,
-			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", primary, rolePrimary))
-	case !progressing && !allReady:
-		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonInstancesNotReady,
-			fmt.Sprintf("%d/%d instances ready after the rollout finished", ready, desired))
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
+	case !in.progressing && !in.primaryReady:
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonPrimaryNotReady,
+			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", in.primary, rolePrimary))
+	case !in.progressing && !in.allReady:
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonInstancesNotReady,
+			fmt.Sprintf("%d/%d instances ready after the rollout finished", in.ready, in.desired))
 	default:
-		setCondition(&st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "no failure observed")
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "no failure observed")
 	}
+}
 
+// phaseOf sums the state up in one word, the first that applies.
+func phaseOf(in statusInput) dbv1.Phase {
+	obs := in.obs
 	switch {
-	case obs.err != nil && ready == 0:
-		st.Phase = dbv1.PhaseFailed
+	case obs.err != nil && in.ready == 0:
+		return dbv1.PhaseFailed
 	case obs.restoring && obs.restored != nil && obs.restored.Reason == ReasonRestoreFailed:
-		st.Phase = dbv1.PhaseFailed
+		return dbv1.PhaseFailed
 	case obs.restoring:
-		st.Phase = dbv1.PhaseProvisioning
+		return dbv1.PhaseProvisioning
 	case obs.err != nil:
-		st.Phase = dbv1.PhaseDegraded
+		return dbv1.PhaseDegraded
 	case obs.statefulSet == nil:
-		st.Phase = dbv1.PhasePending
-	case allReady && !progressing:
-		st.Phase = dbv1.PhaseRunning
-	case !primaryReady && ready == 0 && progressing:
-		st.Phase = dbv1.PhaseProvisioning
-	case progressing:
-		st.Phase = dbv1.PhaseUpdating
-	default:
-		st.Phase = dbv1.PhaseDegraded
+		return dbv1.PhasePending
+	case in.allReady && !in.progressing:
+		return dbv1.PhaseRunning
+	case !in.primaryReady && in.ready == 0 && in.progressing:
+		return dbv1.PhaseProvisioning
+	case in.progressing:
+		return dbv1.PhaseUpdating
 	}
-
-	if obs.err == nil && obs.waiting == "" {
-		st.ObservedGeneration = db.Generation
-	}
-	return st
+	return dbv1.PhaseDegraded
 }
 
 // rollout tells whether the StatefulSet is still moving towards the spec.
