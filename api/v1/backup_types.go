@@ -235,6 +235,22 @@ const (
 	BackupSkipped BackupPhase = "Skipped"
 )
 
+// Reasons a Backup reports (status.reason) besides those of the backup
+// program itself.
+const (
+	ReasonBackupCompleted    = "Completed"
+	ReasonDatabaseNotFound   = "DatabaseNotFound"
+	ReasonTargetInvalid      = "TargetInvalid"
+	ReasonDeadlineExceeded   = "DeadlineExceeded"
+	ReasonJobFailed          = "JobFailed"
+	ReasonNoResult           = "NoResult"
+	ReasonPreviousRunning    = "PreviousBackupRunning"
+	ReasonNoInstanceReady    = "NoInstanceReady"
+	ReasonWaitingForPrevious = "WaitingForPreviousBackup"
+	ReasonDatabaseRestoring  = "DatabaseRestoring"
+	ReasonJobCreateFailed    = "JobCreateFailed"
+)
+
 // Finished reports whether the phase is final.
 func (p BackupPhase) Finished() bool {
 	return p == BackupCompleted || p == BackupFailed || p == BackupSkipped

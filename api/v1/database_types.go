@@ -193,6 +193,33 @@ const (
 	ConditionRestored = "Restored"
 )
 
+// Reasons of the Ready, Progressing and Degraded conditions. A failed
+// reconcile phase's Degraded reason is the phase's name with "Failed"
+// (ApplyFailed, FailoverFailed, ...).
+const (
+	ReasonAllInstancesReady = "AllInstancesReady"
+	ReasonPrimaryNotReady   = "PrimaryNotReady"
+	ReasonInstancesNotReady = "InstancesNotReady"
+	ReasonCreating          = "Creating"
+	ReasonScaling           = "Scaling"
+	ReasonRollingUpdate     = "RollingUpdate"
+	ReasonResizing          = "Resizing"
+	ReasonReconciled        = "Reconciled"
+	ReasonAsExpected        = "AsExpected"
+)
+
+// Reasons of the Restored condition (and of Ready while a restore runs).
+const (
+	ReasonRestoring        = "Restoring"
+	ReasonRestoreSucceeded = "RestoreSucceeded"
+	ReasonRestoreFailed    = "RestoreFailed"
+	ReasonWaitingForBackup = "WaitingForBackup"
+	// ReasonExistingDataKept: the primary already held data (a Database
+	// recreated over its retained volumes): the backup was not loaded and
+	// the data is served as it is.
+	ReasonExistingDataKept = "ExistingDataKept"
+)
+
 // Endpoints are the in-cluster addresses clients connect to.
 type Endpoints struct {
 	// ReadWrite is host:port of the Service that always selects the primary.

@@ -34,21 +34,6 @@ import (
 // backupDatabaseIndex indexes Backups by the Database they back up.
 const backupDatabaseIndex = "spec.database.name"
 
-// Reasons a Backup reports besides the program's (internal/backup).
-const (
-	ReasonBackupCompleted   = "Completed"
-	ReasonDatabaseNotFound  = "DatabaseNotFound"
-	ReasonTargetInvalid     = "TargetInvalid"
-	ReasonDeadlineExceeded  = "DeadlineExceeded"
-	ReasonJobFailed         = "JobFailed"
-	ReasonNoResult          = "NoResult"
-	ReasonPreviousRunning   = "PreviousBackupRunning"
-	ReasonNoInstanceReady   = "NoInstanceReady"
-	ReasonWaitingForPrevous = "WaitingForPreviousBackup"
-	ReasonDatabaseRestoring = "DatabaseRestoring"
-	ReasonJobCreateFailed   = "JobCreateFailed"
-)
-
 // BackupReconciler runs each Backup as a Job and reports its outcome in the
 // Backup's status, Events on the Backup and its Database, and metrics; the
 // Database's status follows from its Backups (database_backup.go).
@@ -96,7 +81,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 	db := &dbv1.Database{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Database.Name}, db); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.finish(st, dbv1.BackupFailed, ReasonDatabaseNotFound, fmt.Sprintf("Database %q does not exist in namespace %s", b.Spec.Database.Name, b.Namespace))
+			r.finish(st, dbv1.BackupFailed, dbv1.ReasonDatabaseNotFound, fmt.Sprintf("Database %q does not exist in namespace %s", b.Spec.Database.Name, b.Namespace))
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -113,7 +98,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 		} else if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
-		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job %s disappeared before it reported a result", b.Name))
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonJobFailed, fmt.Sprintf("the backup Job %s disappeared before it reported a result", b.Name))
 		return ctrl.Result{}, nil
 	case apierrors.IsNotFound(err):
 		return r.start(ctx, b, db, st)
@@ -121,7 +106,7 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 		return ctrl.Result{}, err
 	}
 	if !metav1.IsControlledBy(job, b) {
-		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Backup", b.Name))
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonJobFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Backup", b.Name))
 		return ctrl.Result{}, nil
 	}
 	return r.observeJob(ctx, b, db, job, st)
@@ -143,22 +128,22 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	if !restoreDone(db) {
 		// Partial data is no backup, and its retention could delete the
 		// backup being restored.
-		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonDatabaseRestoring, db.Name+" is being restored from a backup: the backup starts once the restore has ended"
+		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonDatabaseRestoring, db.Name+" is being restored from a backup: the backup starts once the restore has ended"
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	if running, err := r.otherRunning(ctx, b); err != nil {
 		return ctrl.Result{}, err
 	} else if running != "" {
 		if b.Labels[labelScheduled] == "true" {
-			r.finish(st, dbv1.BackupSkipped, ReasonPreviousRunning, fmt.Sprintf("skipped: backup %s of the same Database was still running at the scheduled time", running))
+			r.finish(st, dbv1.BackupSkipped, dbv1.ReasonPreviousRunning, fmt.Sprintf("skipped: backup %s of the same Database was still running at the scheduled time", running))
 			return ctrl.Result{}, nil
 		}
-		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonWaitingForPrevous, fmt.Sprintf("waiting for backup %s of the same Database to finish", running)
+		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonWaitingForPrevious, fmt.Sprintf("waiting for backup %s of the same Database to finish", running)
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	target := backupTarget(b, db)
 	if err := checkTarget(ctx, r.APIReader, b.Namespace, target); err != nil {
-		r.finish(st, dbv1.BackupFailed, ReasonTargetInvalid, err.Error())
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonTargetInvalid, err.Error())
 		return ctrl.Result{}, nil
 	}
 	if err := r.ensureClaim(ctx, db, target); err != nil {
@@ -171,10 +156,10 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	if pod == nil {
 		age := r.now().Sub(b.CreationTimestamp.Time)
 		if age > time.Duration(deadline(b, db))*time.Second {
-			r.finish(st, dbv1.BackupFailed, ReasonDeadlineExceeded, fmt.Sprintf("no instance of %s was ready within the deadline (%ds)", db.Name, deadline(b, db)))
+			r.finish(st, dbv1.BackupFailed, dbv1.ReasonDeadlineExceeded, fmt.Sprintf("no instance of %s was ready within the deadline (%ds)", db.Name, deadline(b, db)))
 			return ctrl.Result{}, nil
 		}
-		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonNoInstanceReady, "waiting for a ready instance of "+db.Name
+		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonNoInstanceReady, "waiting for a ready instance of "+db.Name
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--name=" + b.Name, "--instance=" + pod.Name}
@@ -190,7 +175,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	job, err := buildJob(jobRequest{name: b.Name, component: componentBackup, db: db, instance: pod, target: target,
 		args: args, deadline: deadline(b, db), labels: map[string]string{labelBackup: b.Name}}, r.OperatorImage)
 	if err != nil {
-		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, err.Error())
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonJobFailed, err.Error())
 		return ctrl.Result{}, nil
 	}
 	if err := controllerutil.SetControllerReference(b, job, r.Scheme); err != nil {
@@ -198,8 +183,8 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	}
 	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		// Retried with backoff; meanwhile the Backup says why it waits.
-		st.Phase, st.Reason, st.Message = dbv1.BackupPending, ReasonJobCreateFailed, fmt.Sprintf("creating the backup Job: %v", err)
-		r.event(b, db, corev1.EventTypeWarning, ReasonJobCreateFailed, "Backup %s: creating its Job failed: %v", b.Name, err)
+		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonJobCreateFailed, fmt.Sprintf("creating the backup Job: %v", err)
+		r.event(b, db, corev1.EventTypeWarning, dbv1.ReasonJobCreateFailed, "Backup %s: creating its Job failed: %v", b.Name, err)
 		return ctrl.Result{}, fmt.Errorf("creating the backup Job: %w", err)
 	}
 	now := metav1.NewTime(r.now())
@@ -239,16 +224,16 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 		if result.Message != "" {
 			msg += "; " + result.Message
 		}
-		r.finish(st, dbv1.BackupCompleted, ReasonBackupCompleted, msg)
+		r.finish(st, dbv1.BackupCompleted, dbv1.ReasonBackupCompleted, msg)
 		return ctrl.Result{}, r.prune(ctx, b, result.Pruned)
 	case found && !result.Succeeded:
 		r.finish(st, dbv1.BackupFailed, result.Reason, result.Message)
 	case failedReason == batchv1.JobReasonDeadlineExceeded:
-		r.finish(st, dbv1.BackupFailed, ReasonDeadlineExceeded, fmt.Sprintf("the backup ran longer than its deadline (%ds) and was stopped", deadline(b, db)))
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonDeadlineExceeded, fmt.Sprintf("the backup ran longer than its deadline (%ds) and was stopped", deadline(b, db)))
 	case failedReason != "":
-		r.finish(st, dbv1.BackupFailed, ReasonJobFailed, fmt.Sprintf("the backup Job failed (%s): %s", failedReason, failedMsg))
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonJobFailed, fmt.Sprintf("the backup Job failed (%s): %s", failedReason, failedMsg))
 	default:
-		r.finish(st, dbv1.BackupFailed, ReasonNoResult, "the backup Job completed without reporting a result")
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonNoResult, "the backup Job completed without reporting a result")
 	}
 	return ctrl.Result{}, nil
 }
@@ -289,7 +274,7 @@ func jobResult(ctx context.Context, c client.Reader, job *batchv1.Job, container
 			}
 			res, err := backup.DecodeResult([]byte(cs.State.Terminated.Message))
 			if err != nil {
-				return backup.Result{Reason: ReasonNoResult, Message: "the Job's result is unreadable: " + cs.State.Terminated.Message}, true, nil
+				return backup.Result{Reason: dbv1.ReasonNoResult, Message: "the Job's result is unreadable: " + cs.State.Terminated.Message}, true, nil
 			}
 			return res, true, nil
 		}

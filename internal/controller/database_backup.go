@@ -160,7 +160,7 @@ func backupStatus(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed) {
 	}
 	when := b.Status.CompletedAt.UTC().Format(time.RFC3339)
 	if b.Status.Phase == dbv1.BackupCompleted {
-		setCondition(st, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, ReasonBackupCompleted,
+		setCondition(st, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, dbv1.ReasonBackupCompleted,
 			fmt.Sprintf("backup %s completed at %s: %d bytes at %s", b.Name, when, b.Status.Size, b.Status.Location))
 		return
 	}

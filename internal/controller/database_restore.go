@@ -18,18 +18,6 @@ import (
 	"example.com/database-operator/internal/backup"
 )
 
-// Restored condition reasons.
-const (
-	ReasonRestoring        = "Restoring"
-	ReasonRestoreSucceeded = "RestoreSucceeded"
-	ReasonRestoreFailed    = "RestoreFailed"
-	ReasonWaitingForBackup = "WaitingForBackup"
-	// ReasonExistingDataKept: the primary already held data (a Database
-	// recreated over its retained volumes): the backup was not loaded and
-	// the data is served as it is.
-	ReasonExistingDataKept = "ExistingDataKept"
-)
-
 // restoreDone reports whether a bootstrap restore has ended, one way or the
 // other, or was never asked for.
 func restoreDone(db *dbv1.Database) bool {
@@ -37,7 +25,7 @@ func restoreDone(db *dbv1.Database) bool {
 		return true
 	}
 	c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
-	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == ReasonRestoreFailed || c.Reason == ReasonExistingDataKept)
+	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == dbv1.ReasonRestoreFailed || c.Reason == dbv1.ReasonExistingDataKept)
 }
 
 // restoreJobName is the Job that loads a Database's bootstrap backup.
@@ -54,11 +42,11 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		return nil
 	}
 	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
-	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == ReasonExistingDataKept) {
+	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept) {
 		return nil
 	}
 	obs.restoring = true
-	if cond != nil && cond.Reason == ReasonRestoreFailed {
+	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
 		obs.restored = cond
 		return nil
 	}
@@ -70,12 +58,12 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	var unusable *unusableBackup
 	switch {
 	case errors.As(err, &waiting):
-		set(metav1.ConditionFalse, ReasonWaitingForBackup, waiting.Error())
+		set(metav1.ConditionFalse, dbv1.ReasonWaitingForBackup, waiting.Error())
 		obs.requeueWithin(10 * time.Second)
 		return nil
 	case errors.As(err, &unusable):
-		set(metav1.ConditionFalse, ReasonRestoreFailed, unusable.Error())
-		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", unusable)
+		set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, unusable.Error())
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%v", unusable)
 		return nil
 	case err != nil:
 		// An API error is retried: it says nothing of the backup.
@@ -90,12 +78,12 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	case err != nil:
 		return fmt.Errorf("reading the restore Job: %w", err)
 	case !metav1.IsControlledBy(job, db):
-		set(metav1.ConditionFalse, ReasonRestoreFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
+		set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
 		return nil
 	}
 	done, failedReason, failedMsg := jobFinished(job)
 	if !done {
-		set(metav1.ConditionFalse, ReasonRestoring, fmt.Sprintf("restore Job %s is verifying and loading %s", job.Name, path))
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("restore Job %s is verifying and loading %s", job.Name, path))
 		return nil
 	}
 	result, found, err := jobResult(ctx, r.APIReader, job, componentRestore)
@@ -103,22 +91,22 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		return err
 	}
 	if !found && failedReason == "" && resultMayLag(job, r.now()) {
-		set(metav1.ConditionFalse, ReasonRestoring, "waiting for the restore Job's result")
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, "waiting for the restore Job's result")
 		obs.requeueWithin(2 * time.Second)
 		return nil
 	}
 	switch {
 	case found && result.Reason == backup.ReasonNotEmpty:
 		msg := fmt.Sprintf("the backup %s was not loaded: %s (a Database recreated over its retained volumes keeps its data)", path, result.Message)
-		set(metav1.ConditionFalse, ReasonExistingDataKept, msg)
+		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, msg)
 		obs.restoring = false
-		r.event(db, corev1.EventTypeWarning, ReasonExistingDataKept, "Restore", "%s", msg)
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Restore", "%s", msg)
 		return nil
 	case failedReason == "" && found && result.Succeeded:
 		msg := fmt.Sprintf("restored %s (%d bytes, checksums verified: %s), taken at position %s or later", result.Location, result.Size, result.Checksum, result.Position)
-		set(metav1.ConditionTrue, ReasonRestoreSucceeded, msg)
+		set(metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded, msg)
 		obs.restoring = false
-		r.event(db, corev1.EventTypeNormal, ReasonRestoreSucceeded, "Restore", "%s", msg)
+		r.event(db, corev1.EventTypeNormal, dbv1.ReasonRestoreSucceeded, "Restore", "%s", msg)
 		return nil
 	case found && !result.Succeeded:
 		failedMsg = fmt.Sprintf("%s: %s", result.Reason, result.Message)
@@ -128,8 +116,8 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		failedMsg = "the restore Job completed without reporting a result"
 	}
 	msg := fmt.Sprintf("restoring %s failed: %s; the backup is untouched: fix the cause and recreate the Database", path, failedMsg)
-	set(metav1.ConditionFalse, ReasonRestoreFailed, msg)
-	r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%s", msg)
+	set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, msg)
+	r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%s", msg)
 	return nil
 }
 
@@ -212,12 +200,12 @@ func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database
 		}
 	}
 	if primary == nil {
-		set(metav1.ConditionFalse, ReasonRestoring, "waiting for the primary to start before loading "+path)
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, "waiting for the primary to start before loading "+path)
 		return nil
 	}
 	if err := checkTarget(ctx, r.APIReader, db.Namespace, target); err != nil {
-		set(metav1.ConditionFalse, ReasonRestoreFailed, err.Error())
-		r.event(db, corev1.EventTypeWarning, ReasonRestoreFailed, "Restore", "%v", err)
+		set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, err.Error())
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%v", err)
 		return nil
 	}
 	job, err := buildJob(jobRequest{name: restoreJobName(db), component: componentRestore, db: db, instance: primary, target: target,
@@ -231,7 +219,7 @@ func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database
 	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating the restore Job: %w", err)
 	}
-	set(metav1.ConditionFalse, ReasonRestoring, fmt.Sprintf("restore Job %s started: verifying and loading %s into %s", job.Name, path, primary.Name))
+	set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("restore Job %s started: verifying and loading %s into %s", job.Name, path, primary.Name))
 	r.event(db, corev1.EventTypeNormal, "RestoreStarted", "Restore", "Loading %s into %s", path, primary.Name)
 	return nil
 }

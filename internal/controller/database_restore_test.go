@@ -24,9 +24,9 @@ func TestRestoreSourceOutcomes(t *testing.T) {
 		apiErr     error
 		wantReason string // "" : the phase fails with the error, to be retried
 	}{
-		{name: "missing Backup", wantReason: ReasonWaitingForBackup},
-		{name: "running Backup", backup: &dbv1.Backup{Status: dbv1.BackupStatus{Phase: dbv1.BackupRunning}}, wantReason: ReasonWaitingForBackup},
-		{name: "failed Backup", backup: &dbv1.Backup{Status: dbv1.BackupStatus{Phase: dbv1.BackupFailed, Message: "disk full"}}, wantReason: ReasonRestoreFailed},
+		{name: "missing Backup", wantReason: dbv1.ReasonWaitingForBackup},
+		{name: "running Backup", backup: &dbv1.Backup{Status: dbv1.BackupStatus{Phase: dbv1.BackupRunning}}, wantReason: dbv1.ReasonWaitingForBackup},
+		{name: "failed Backup", backup: &dbv1.Backup{Status: dbv1.BackupStatus{Phase: dbv1.BackupFailed, Message: "disk full"}}, wantReason: dbv1.ReasonRestoreFailed},
 		{name: "API error", apiErr: errors.New("etcdserver: request timed out")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,7 +54,7 @@ func TestRestoreSourceOutcomes(t *testing.T) {
 				if !errors.Is(err, tt.apiErr) {
 					t.Errorf("error %v, want the API error to be retried", err)
 				}
-				if obs.restored != nil && obs.restored.Reason == ReasonRestoreFailed {
+				if obs.restored != nil && obs.restored.Reason == dbv1.ReasonRestoreFailed {
 					t.Errorf("an API error failed the restore for good: %s", obs.restored.Message)
 				}
 				return
@@ -65,7 +65,7 @@ func TestRestoreSourceOutcomes(t *testing.T) {
 			if obs.restored == nil || obs.restored.Reason != tt.wantReason {
 				t.Fatalf("Restored %+v, want reason %s", obs.restored, tt.wantReason)
 			}
-			if tt.wantReason == ReasonWaitingForBackup && obs.requeue == 0 {
+			if tt.wantReason == dbv1.ReasonWaitingForBackup && obs.requeue == 0 {
 				t.Error("waiting for the Backup without asking to look again")
 			}
 		})

@@ -94,19 +94,9 @@ func (o *observed) requestRebuild(pod, token string) {
 	o.rebuild[pod] = token
 }
 
-// Condition reasons.
-const (
-	ReasonAllInstancesReady  = "AllInstancesReady"
-	ReasonPrimaryNotReady    = "PrimaryNotReady"
-	ReasonInstancesNotReady  = "InstancesNotReady"
-	ReasonCreating           = "Creating"
-	ReasonScaling            = "Scaling"
-	ReasonRollingUpdate      = "RollingUpdate"
-	ReasonResizing           = "Resizing"
-	ReasonReconciled         = "Reconciled"
-	ReasonAsExpected         = "AsExpected"
-	reasonPhaseFailedPostfix = "Failed" // <Phase>Failed, e.g. ApplyFailed
-)
+// reasonPhaseFailedPostfix makes a failed phase's Degraded reason and
+// Event: <Phase>Failed, e.g. ApplyFailed.
+const reasonPhaseFailedPostfix = "Failed"
 
 // computeStatus derives the whole status from the spec and what was
 // observed. It is pure: same inputs, same status (condition times aside,
@@ -158,7 +148,7 @@ func summarize(db *dbv1.Database, obs *observed) statusInput {
 	in.allReady = in.primaryReady && in.ready == in.desired
 	in.progressing, in.progress.reason, in.progress.message = rollout(db, obs.statefulSet, in.desired)
 	if obs.waiting != "" {
-		in.progressing, in.progress.reason, in.progress.message = true, ReasonResizing, obs.waiting
+		in.progressing, in.progress.reason, in.progress.message = true, dbv1.ReasonResizing, obs.waiting
 	}
 	return in
 }
@@ -194,19 +184,19 @@ func setReadyCondition(st *dbv1.DatabaseStatus, in statusInput) {
 	db, obs := in.db, in.obs
 	switch {
 	case obs.restoring:
-		reason, msg := ReasonRestoring, "the bootstrap backup is not loaded yet"
+		reason, msg := dbv1.ReasonRestoring, "the bootstrap backup is not loaded yet"
 		if obs.restored != nil {
 			reason, msg = obs.restored.Reason, obs.restored.Message
 		}
 		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	case in.allReady:
-		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionTrue, ReasonAllInstancesReady,
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonAllInstancesReady,
 			readyMessage(obs, in.ready, in.desired, in.primary))
 	case !in.primaryReady:
-		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonPrimaryNotReady,
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonPrimaryNotReady,
 			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", in.primary, in.ready, in.desired))
 	default:
-		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, ReasonInstancesNotReady,
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonInstancesNotReady,
 			fmt.Sprintf("%d/%d instances ready", in.ready, in.desired))
 	}
 }
@@ -218,7 +208,7 @@ func setProgressingCondition(st *dbv1.DatabaseStatus, in statusInput) {
 		setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionTrue, in.progress.reason, in.progress.message)
 		return
 	}
-	setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionFalse, ReasonReconciled,
+	setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionFalse, dbv1.ReasonReconciled,
 		fmt.Sprintf("%d instances of %s %s match the spec", in.desired, in.db.Spec.Engine, st.Version))
 }
 
@@ -230,13 +220,13 @@ func setDegradedCondition(st *dbv1.DatabaseStatus, in statusInput) {
 	case obs.err != nil:
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
 	case !in.progressing && !in.primaryReady:
-		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonPrimaryNotReady,
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonPrimaryNotReady,
 			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", in.primary, rolePrimary))
 	case !in.progressing && !in.allReady:
-		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, ReasonInstancesNotReady,
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonInstancesNotReady,
 			fmt.Sprintf("%d/%d instances ready after the rollout finished", in.ready, in.desired))
 	default:
-		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "no failure observed")
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, dbv1.ReasonAsExpected, "no failure observed")
 	}
 }
 
@@ -246,7 +236,7 @@ func phaseOf(in statusInput) dbv1.Phase {
 	switch {
 	case obs.err != nil && in.ready == 0:
 		return dbv1.PhaseFailed
-	case obs.restoring && obs.restored != nil && obs.restored.Reason == ReasonRestoreFailed:
+	case obs.restoring && obs.restored != nil && obs.restored.Reason == dbv1.ReasonRestoreFailed:
 		return dbv1.PhaseFailed
 	case obs.restoring:
 		return dbv1.PhaseProvisioning
@@ -267,23 +257,23 @@ func phaseOf(in statusInput) dbv1.Phase {
 // rollout tells whether the StatefulSet is still moving towards the spec.
 func rollout(db *dbv1.Database, sts *appsv1.StatefulSet, desired int32) (bool, string, string) {
 	if sts == nil {
-		return true, ReasonCreating, "creating the StatefulSet"
+		return true, dbv1.ReasonCreating, "creating the StatefulSet"
 	}
 	s := sts.Status
 	switch {
 	case s.ObservedGeneration < sts.Generation:
-		return true, ReasonRollingUpdate, "waiting for the StatefulSet controller to observe the change"
+		return true, dbv1.ReasonRollingUpdate, "waiting for the StatefulSet controller to observe the change"
 	case s.Replicas != desired || ptrValue(sts.Spec.Replicas) != desired:
 		if s.ReadyReplicas == 0 && db.Status.ReadyReplicas == 0 {
-			return true, ReasonCreating, fmt.Sprintf("creating instances: %d/%d exist", s.Replicas, desired)
+			return true, dbv1.ReasonCreating, fmt.Sprintf("creating instances: %d/%d exist", s.Replicas, desired)
 		}
-		return true, ReasonScaling, fmt.Sprintf("scaling from %d to %d instances", s.Replicas, desired)
+		return true, dbv1.ReasonScaling, fmt.Sprintf("scaling from %d to %d instances", s.Replicas, desired)
 	case s.UpdateRevision != "" && (s.CurrentRevision != s.UpdateRevision || s.UpdatedReplicas != desired):
-		return true, ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s: %d/%d instances updated", s.UpdateRevision, s.UpdatedReplicas, desired)
+		return true, dbv1.ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s: %d/%d instances updated", s.UpdateRevision, s.UpdatedReplicas, desired)
 	case s.ReadyReplicas < desired && db.Status.Phase != dbv1.PhaseRunning && db.Status.Phase != dbv1.PhaseDegraded:
 		// Converged but not yet all ready, and never reached Running since the
 		// change: instances are still starting. After Running, this is Degraded.
-		return true, ReasonCreating, fmt.Sprintf("starting instances: %d/%d ready", s.ReadyReplicas, desired)
+		return true, dbv1.ReasonCreating, fmt.Sprintf("starting instances: %d/%d ready", s.ReadyReplicas, desired)
 	}
 	return false, "", ""
 }

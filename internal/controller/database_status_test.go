@@ -54,52 +54,52 @@ func TestComputeStatus(t *testing.T) {
 	}{
 		{
 			name: "nothing created yet", db: newDB(dbv1.EnginePostgreSQL, three), obs: observed{},
-			phase: dbv1.PhasePending, ready: "False", progressing: "True", degraded: "False", readyReason: ReasonPrimaryNotReady,
+			phase: dbv1.PhasePending, ready: "False", progressing: "True", degraded: "False", readyReason: dbv1.ReasonPrimaryNotReady,
 			observedGenerationMoves: true,
 		},
 		{
 			name: "first instance starting", db: newDB(dbv1.EnginePostgreSQL, three),
 			obs:   observed{statefulSet: sts(1, 0, 1, true), pods: []corev1.Pod{pod("orders-0", rolePrimary, false)}},
-			phase: dbv1.PhaseProvisioning, ready: "False", progressing: "True", degraded: "False", readyReason: ReasonPrimaryNotReady,
+			phase: dbv1.PhaseProvisioning, ready: "False", progressing: "True", degraded: "False", readyReason: dbv1.ReasonPrimaryNotReady,
 			observedGenerationMoves: true,
 		},
 		{
 			name: "all ready", db: newDB(dbv1.EnginePostgreSQL, three),
 			obs: observed{statefulSet: sts(3, 3, 3, true), pods: []corev1.Pod{
 				pod("orders-0", rolePrimary, true), pod("orders-1", roleReplica, true), pod("orders-2", roleReplica, true)}},
-			phase: dbv1.PhaseRunning, ready: "True", progressing: "False", degraded: "False", readyReason: ReasonAllInstancesReady,
+			phase: dbv1.PhaseRunning, ready: "True", progressing: "False", degraded: "False", readyReason: dbv1.ReasonAllInstancesReady,
 			primary: "orders-0", observedGenerationMoves: true,
 		},
 		{
 			name: "replica lost after running", db: newDB(dbv1.EnginePostgreSQL, running),
 			obs: observed{statefulSet: sts(3, 2, 3, true), pods: []corev1.Pod{
 				pod("orders-0", rolePrimary, true), pod("orders-1", roleReplica, true), pod("orders-2", roleReplica, false)}},
-			phase: dbv1.PhaseDegraded, ready: "False", progressing: "False", degraded: "True", readyReason: ReasonInstancesNotReady,
+			phase: dbv1.PhaseDegraded, ready: "False", progressing: "False", degraded: "True", readyReason: dbv1.ReasonInstancesNotReady,
 			primary: "orders-0", observedGenerationMoves: true,
 		},
 		{
 			name: "rolling update", db: newDB(dbv1.EnginePostgreSQL, running),
 			obs: observed{statefulSet: sts(3, 3, 1, false), pods: []corev1.Pod{
 				pod("orders-0", rolePrimary, true), pod("orders-1", roleReplica, true), pod("orders-2", roleReplica, true)}},
-			phase: dbv1.PhaseUpdating, ready: "True", progressing: "True", degraded: "False", readyReason: ReasonAllInstancesReady,
+			phase: dbv1.PhaseUpdating, ready: "True", progressing: "True", degraded: "False", readyReason: dbv1.ReasonAllInstancesReady,
 			primary: "orders-0", observedGenerationMoves: true,
 		},
 		{
 			name: "unlabelled primary is not serving", db: newDB(dbv1.EnginePostgreSQL),
 			obs:   observed{statefulSet: sts(1, 1, 1, true), pods: []corev1.Pod{pod("orders-0", "", true)}},
-			phase: dbv1.PhaseDegraded, ready: "False", progressing: "False", degraded: "True", readyReason: ReasonPrimaryNotReady,
+			phase: dbv1.PhaseDegraded, ready: "False", progressing: "False", degraded: "True", readyReason: dbv1.ReasonPrimaryNotReady,
 			observedGenerationMoves: true,
 		},
 		{
 			name: "a phase failed with nothing ready", db: newDB(dbv1.EnginePostgreSQL),
 			obs:   observed{failedPhase: "Apply", err: errors.New("applying StatefulSet orders: forbidden")},
-			phase: dbv1.PhaseFailed, ready: "False", progressing: "True", degraded: "True", readyReason: ReasonPrimaryNotReady,
+			phase: dbv1.PhaseFailed, ready: "False", progressing: "True", degraded: "True", readyReason: dbv1.ReasonPrimaryNotReady,
 		},
 		{
 			name: "a phase failed while serving", db: newDB(dbv1.EnginePostgreSQL, running),
 			obs: observed{statefulSet: sts(3, 3, 3, true), failedPhase: "Apply", err: errors.New("boom"), pods: []corev1.Pod{
 				pod("orders-0", rolePrimary, true), pod("orders-1", roleReplica, true), pod("orders-2", roleReplica, true)}},
-			phase: dbv1.PhaseDegraded, ready: "True", progressing: "False", degraded: "True", readyReason: ReasonAllInstancesReady,
+			phase: dbv1.PhaseDegraded, ready: "True", progressing: "False", degraded: "True", readyReason: dbv1.ReasonAllInstancesReady,
 			primary: "orders-0",
 		},
 	}

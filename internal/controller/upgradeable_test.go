@@ -30,10 +30,10 @@ func TestUpgradeableCondition(t *testing.T) {
 	restoring := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
 		db.Name = "copy"
 		db.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "b1"}}
-		db.Status.Conditions = []metav1.Condition{{Type: dbv1.ConditionRestored, Status: metav1.ConditionFalse, Reason: ReasonRestoring}}
+		db.Status.Conditions = []metav1.Condition{{Type: dbv1.ConditionRestored, Status: metav1.ConditionFalse, Reason: dbv1.ReasonRestoring}}
 	})
 	restoreFailed := restoring.DeepCopy()
-	restoreFailed.Name, restoreFailed.Status.Conditions[0].Reason = "broken", ReasonRestoreFailed
+	restoreFailed.Name, restoreFailed.Status.Conditions[0].Reason = "broken", dbv1.ReasonRestoreFailed
 	running := dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "nightly"}, Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "orders"}},
 		Status: dbv1.BackupStatus{Phase: dbv1.BackupRunning}}
 	done := *running.DeepCopy()
