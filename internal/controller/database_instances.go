@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
@@ -128,14 +130,59 @@ func (s *instanceSet) get(ctx context.Context, pod *corev1.Pod) (engine.Instance
 	if err != nil {
 		return nil, err
 	}
-	inst, err := s.connector.open(ctx, s.db, pod, creds, func(error) { delete(s.conns, key) })
+	conn, err := s.connector.open(ctx, s.db, pod, creds, func(error) { delete(s.conns, key) })
 	if err != nil {
 		s.unreached[key] = err
 		return nil, err
 	}
+	s.all = append(s.all, conn)
+	inst := loggedInstance{Instance: conn, log: log.FromContext(ctx).WithValues("pod", pod.Name)}
 	s.conns[key] = inst
-	s.all = append(s.all, inst)
 	return inst, nil
+}
+
+// loggedInstance writes a structured log line before and after every call
+// that changes a server (fence, unfence, promote, follow, an account):
+// Events expire and are merged, the log is the forensic record of what the
+// operator did to which server, when, and how it ended. Passwords are
+// never logged (only account names).
+type loggedInstance struct {
+	engine.Instance
+	log logr.Logger
+}
+
+func (l loggedInstance) act(action string, call func() error, kv ...any) error {
+	kv = append([]any{"action", action}, kv...)
+	l.log.Info("server action started", kv...)
+	start := time.Now()
+	err := call()
+	kv = append(kv, "took", time.Since(start).Round(time.Millisecond).String())
+	if err != nil {
+		l.log.Error(err, "server action failed", kv...)
+		return err
+	}
+	l.log.Info("server action done", kv...)
+	return nil
+}
+
+func (l loggedInstance) Fence(ctx context.Context) error {
+	return l.act("fence", func() error { return l.Instance.Fence(ctx) })
+}
+
+func (l loggedInstance) Unfence(ctx context.Context) error {
+	return l.act("unfence", func() error { return l.Instance.Unfence(ctx) })
+}
+
+func (l loggedInstance) Promote(ctx context.Context) error {
+	return l.act("promote", func() error { return l.Instance.Promote(ctx) })
+}
+
+func (l loggedInstance) Follow(ctx context.Context, primary engine.Endpoint, repl engine.Credentials) error {
+	return l.act("follow", func() error { return l.Instance.Follow(ctx, primary, repl) }, "primary", primary.String(), "user", repl.User)
+}
+
+func (l loggedInstance) EnsureAccount(ctx context.Context, a engine.Account) error {
+	return l.act("account", func() error { return l.Instance.EnsureAccount(ctx, a) }, "user", a.User, "replication", a.Replication)
 }
 
 // close ends every connection the reconcile opened.

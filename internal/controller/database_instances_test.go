@@ -3,7 +3,11 @@ package controller
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,5 +79,55 @@ func TestInstanceSet(t *testing.T) {
 	set.close()
 	if closed != 3 || dials["up"] != 3 {
 		t.Errorf("closed %d connections of %d dialled, want all 3", closed, dials["up"])
+	}
+}
+
+type refusingInstance struct{ engine.Instance }
+
+func (refusingInstance) Fence(context.Context) error { return nil }
+func (refusingInstance) Follow(context.Context, engine.Endpoint, engine.Credentials) error {
+	return errors.New("access denied")
+}
+
+// TestServerActionsAreLogged: every action on a server through the
+// reconcile's set is a structured log line when it starts and when it
+// ends, naming the pod, the action and how it ended, never a password.
+func TestServerActionsAreLogged(t *testing.T) {
+	var lines []string
+	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
+	db := newDB(dbv1.EnginePostgreSQL)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: credentialsSecretName(db)},
+		Data: map[string][]byte{corev1.BasicAuthUsernameKey: []byte("postgres"), corev1.BasicAuthPasswordKey: []byte("pw")}}
+	set := newInstanceSet(&InstanceConnector{
+		Client: fake.NewClientBuilder().WithObjects(secret).Build(),
+		Resolve: func(_ context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error) {
+			return engine.Endpoint{Host: pod.Name, Port: port}, nil
+		},
+		Open: func(context.Context, dbv1.Engine, engine.Endpoint, engine.Credentials, engine.Options) (engine.Instance, error) {
+			return refusingInstance{}, nil
+		},
+	}, db)
+	inst, err := set.get(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "orders-1", UID: "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Follow(ctx, engine.Endpoint{Host: "10.0.0.2", Port: 5432}, engine.Credentials{User: engine.ReplicationUser, Password: "s3cret"}); err == nil {
+		t.Fatal("the refused follow: no error")
+	}
+	all := strings.Join(lines, "\n")
+	for _, want := range []string{
+		`"msg"="server action started" "pod"="orders-1" "action"="fence"`,
+		`"msg"="server action done" "pod"="orders-1" "action"="fence"`,
+		`"msg"="server action failed" "error"="access denied" "pod"="orders-1" "action"="follow" "primary"="10.0.0.2:5432" "user"="streaming_replica"`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no line with %s in\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "s3cret") {
+		t.Errorf("a password in the log:\n%s", all)
 	}
 }

@@ -164,7 +164,7 @@ func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Datab
 	if err == nil {
 		state = fmt.Sprintf("answers as %s (read-only %t)", st.Role, st.ReadOnly)
 	}
-	log.FromContext(ctx).Info("promotion failed and may have happened: the old primary stays fenced", "target", target, "old", current, "error", cause.Error())
+	log.FromContext(ctx).Error(cause, "promotion failed and may have happened: the old primary stays fenced", "target", target, "old", current)
 	r.event(db, corev1.EventTypeWarning, "SwitchoverIncomplete", "Switchover",
 		"%v; %s %s, so it may be promoted: %s stays fenced and the switchover is retried (never undone)", cause, target, state, current)
 	return fmt.Errorf("switchover incomplete: %w", cause)
