@@ -69,7 +69,7 @@ func (r *DatabaseReconciler) samplePrimary(ctx context.Context, db *dbv1.Databas
 	}
 	inst, err := obs.instances.get(ctx, pod)
 	if err != nil {
-		log.FromContext(ctx).V(1).Info("cannot sample the primary's position", "pod", pod.Name, "error", err.Error())
+		log.FromContext(ctx).V(1).Info("cannot sample the primary's position", "pod", pod.Name, "error", err)
 		return
 	}
 	st, err := inst.Status(ctx)
@@ -78,7 +78,7 @@ func (r *DatabaseReconciler) samplePrimary(ctx context.Context, db *dbv1.Databas
 	}
 	r.Positions.set(db.UID, st.Applied)
 	if err := r.persistPrimaryPosition(ctx, db, st.Applied); err != nil {
-		log.FromContext(ctx).Info("cannot record the primary's position; the bound rests on memory until the next sample", "error", err.Error())
+		log.FromContext(ctx).Error(err, "cannot record the primary's position; the bound rests on memory until the next sample")
 	}
 }
 

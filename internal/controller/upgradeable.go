@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -106,7 +107,7 @@ func (u *UpgradeableReporter) Reconcile(ctx context.Context, _ reconcile.Request
 	if err := cond.Set(ctx, want.Status, conditions.WithReason(want.Reason), conditions.WithMessage(want.Message)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("setting Upgradeable=%s: %w", want.Status, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("reported to OLM", "upgradeable", want.Status, "reason", want.Reason, "message", want.Message)
+	log.FromContext(ctx).Info("reported to OLM", "upgradeable", want.Status, "reason", want.Reason, "message", want.Message)
 	return ctrl.Result{}, nil
 }
 
