@@ -203,21 +203,16 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 			st.StartedAt = &job.CreationTimestamp
 		}
 	}
-	done, failedReason, failedMsg := jobFinished(job)
-	if !done {
-		return ctrl.Result{}, nil
-	}
-	// The pods straight from the API server: the cache may lag behind the
-	// Job's condition, and a missing result must not fail a good backup.
-	result, found, err := jobResult(ctx, r.APIReader, job, componentBackup)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if !found && failedReason == "" && resultMayLag(job, r.now()) {
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
+	out, err := readJobOutcome(ctx, r.APIReader, job, componentBackup, "backup", r.now())
 	switch {
-	case failedReason == "" && found && result.Succeeded:
+	case err != nil:
+		return ctrl.Result{}, err
+	case out.running:
+		return ctrl.Result{}, nil
+	case out.resultPending:
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	case out.succeeded():
+		result := out.result
 		st.Location, st.Path, st.Version, st.Position = result.Location, result.Path, result.Version, result.Position
 		st.Size, st.Checksum = result.Size, result.Checksum
 		msg := fmt.Sprintf("%d bytes at %s, taken at position %s or later", result.Size, result.Location, result.Position)
@@ -226,16 +221,58 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 		}
 		r.finish(st, dbv1.BackupCompleted, dbv1.ReasonBackupCompleted, msg)
 		return ctrl.Result{}, r.prune(ctx, b, result.Pruned)
-	case found && !result.Succeeded:
-		r.finish(st, dbv1.BackupFailed, result.Reason, result.Message)
-	case failedReason == batchv1.JobReasonDeadlineExceeded:
-		r.finish(st, dbv1.BackupFailed, dbv1.ReasonDeadlineExceeded, fmt.Sprintf("the backup ran longer than its deadline (%ds) and was stopped", deadline(b, db)))
-	case failedReason != "":
-		r.finish(st, dbv1.BackupFailed, dbv1.ReasonJobFailed, fmt.Sprintf("the backup Job failed (%s): %s", failedReason, failedMsg))
+	case out.reason == dbv1.ReasonDeadlineExceeded:
+		r.finish(st, dbv1.BackupFailed, out.reason, fmt.Sprintf("%s (%ds)", out.message, deadline(b, db)))
 	default:
-		r.finish(st, dbv1.BackupFailed, dbv1.ReasonNoResult, "the backup Job completed without reporting a result")
+		r.finish(st, dbv1.BackupFailed, out.reason, out.message)
 	}
 	return ctrl.Result{}, nil
+}
+
+// jobOutcome is how a backup or restore Job stands, from its conditions
+// and its program's Result (its pod's termination message).
+type jobOutcome struct {
+	running       bool // not finished
+	resultPending bool // finished so recently that its Result may not be written yet: look again soon
+	result        backup.Result
+	reported      bool // the program wrote result
+	// Why it did not succeed (empty when it did).
+	reason, message string
+}
+
+func (o jobOutcome) succeeded() bool { return !o.running && !o.resultPending && o.reason == "" }
+
+// readJobOutcome reads a backup or restore ("what") Job's outcome. The
+// pods are read through c, straight from the API server: the cache may lag
+// behind the Job's condition, and a missing result must not fail a good
+// run.
+func readJobOutcome(ctx context.Context, c client.Reader, job *batchv1.Job, container, what string, now time.Time) (jobOutcome, error) {
+	done, failedReason, failedMsg := jobFinished(job)
+	if !done {
+		return jobOutcome{running: true}, nil
+	}
+	result, found, err := jobResult(ctx, c, job, container)
+	if err != nil {
+		return jobOutcome{}, err
+	}
+	o := jobOutcome{result: result, reported: found}
+	switch {
+	case !found && failedReason == "" && resultMayLag(job, now):
+		o.resultPending = true
+	case failedReason == "" && found && result.Succeeded:
+	case found && !result.Succeeded:
+		o.reason, o.message = result.Reason, result.Message
+		if o.reason == "" {
+			o.reason = dbv1.ReasonJobFailed
+		}
+	case failedReason == batchv1.JobReasonDeadlineExceeded:
+		o.reason, o.message = dbv1.ReasonDeadlineExceeded, fmt.Sprintf("the %s ran longer than its deadline and was stopped", what)
+	case failedReason != "":
+		o.reason, o.message = dbv1.ReasonJobFailed, fmt.Sprintf("the %s Job failed (%s): %s", what, failedReason, failedMsg)
+	default:
+		o.reason, o.message = dbv1.ReasonNoResult, fmt.Sprintf("the %s Job completed without reporting a result", what)
+	}
+	return o, nil
 }
 
 // jobFinished reports whether a Job is done and, when it failed, why.

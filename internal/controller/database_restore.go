@@ -81,41 +81,32 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
 		return nil
 	}
-	done, failedReason, failedMsg := jobFinished(job)
-	if !done {
+	out, err := readJobOutcome(ctx, r.APIReader, job, componentRestore, "restore", r.now())
+	switch {
+	case err != nil:
+		return err
+	case out.running:
 		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("restore Job %s is verifying and loading %s", job.Name, path))
 		return nil
-	}
-	result, found, err := jobResult(ctx, r.APIReader, job, componentRestore)
-	if err != nil {
-		return err
-	}
-	if !found && failedReason == "" && resultMayLag(job, r.now()) {
+	case out.resultPending:
 		set(metav1.ConditionFalse, dbv1.ReasonRestoring, "waiting for the restore Job's result")
 		obs.requeueWithin(2 * time.Second)
 		return nil
-	}
-	switch {
-	case found && result.Reason == backup.ReasonNotEmpty:
-		msg := fmt.Sprintf("the backup %s was not loaded: %s (a Database recreated over its retained volumes keeps its data)", path, result.Message)
+	case out.reported && out.result.Reason == backup.ReasonNotEmpty:
+		msg := fmt.Sprintf("the backup %s was not loaded: %s (a Database recreated over its retained volumes keeps its data)", path, out.result.Message)
 		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, msg)
 		obs.restoring = false
 		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Restore", "%s", msg)
 		return nil
-	case failedReason == "" && found && result.Succeeded:
+	case out.succeeded():
+		result := out.result
 		msg := fmt.Sprintf("restored %s (%d bytes, checksums verified: %s), taken at position %s or later", result.Location, result.Size, result.Checksum, result.Position)
 		set(metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded, msg)
 		obs.restoring = false
 		r.event(db, corev1.EventTypeNormal, dbv1.ReasonRestoreSucceeded, "Restore", "%s", msg)
 		return nil
-	case found && !result.Succeeded:
-		failedMsg = fmt.Sprintf("%s: %s", result.Reason, result.Message)
-	case failedReason == batchv1.JobReasonDeadlineExceeded:
-		failedMsg = "the restore ran longer than its deadline and was stopped"
-	case failedReason == "":
-		failedMsg = "the restore Job completed without reporting a result"
 	}
-	msg := fmt.Sprintf("restoring %s failed: %s; the backup is untouched: fix the cause and recreate the Database", path, failedMsg)
+	msg := fmt.Sprintf("restoring %s failed: %s: %s; the backup is untouched: fix the cause and recreate the Database", path, out.reason, out.message)
 	set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, msg)
 	r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%s", msg)
 	return nil
