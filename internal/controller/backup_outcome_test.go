@@ -73,4 +73,3 @@ func TestJobOutcome(t *testing.T) {
 		})
 	}
 }
-

@@ -106,6 +106,8 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		// Before anything acts on status.currentPrimary.
 		{"PrimaryRecord", r.reconcilePrimaryRecord, true},
 		{"Failover", r.reconcileFailover, true},
+		// Before Switchover: it may ask for one, to restart the primary.
+		{"Rollout", r.reconcileRollout, false},
 		{"Switchover", r.reconcileSwitchover, true},
 		{"Rejoin", r.reconcileRejoin, false},
 		{"Topology", r.reconcileTopology, false},

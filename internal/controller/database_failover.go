@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -40,9 +41,8 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	if r.Instances == nil || db.Spec.Replicas < 2 || (db.Spec.Failover.Enabled != nil && !*db.Spec.Failover.Enabled) || obs.promoted != "" {
 		return nil // obs.promoted: the primary record was repaired this reconcile
 	}
-	// Only a Database that has had a serving primary can lose it; during
-	// creation or a rollout an unready primary is expected.
-	if db.Status.CurrentPrimary == "" || (obs.statefulSet != nil && obs.statefulSet.Status.CurrentRevision != obs.statefulSet.Status.UpdateRevision) {
+	// Only a Database that has had a serving primary can lose it.
+	if db.Status.CurrentPrimary == "" {
 		return nil
 	}
 	pods, err := r.instancePods(ctx, db, obs)
@@ -55,6 +55,9 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		if pods[i].Name == primary {
 			primaryPod = &pods[i]
 		}
+	}
+	if restartedForRollout(obs.statefulSet, primaryPod) {
+		return nil
 	}
 	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
 		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
@@ -89,6 +92,17 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		return nil
 	}
 	return r.failover(ctx, db, obs, pods, primaryPod, repl)
+}
+
+// restartedForRollout: the primary's pod was restarted in place by the
+// rollout (it carries the revision being rolled out, while the rollout
+// goes on), so it is expected to be unready for a while. A primary that
+// fails on the old revision is failed over as ever.
+func restartedForRollout(sts *appsv1.StatefulSet, primary *corev1.Pod) bool {
+	if sts == nil || primary == nil || sts.Status.CurrentRevision == sts.Status.UpdateRevision {
+		return false
+	}
+	return primary.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision
 }
 
 type candidate struct {

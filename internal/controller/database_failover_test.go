@@ -123,60 +123,75 @@ func TestChooseCandidateLagBound(t *testing.T) {
 
 // TestRolloutIsNotAFailure: while the StatefulSet rolls (its current and
 // update revisions differ), a primary that is unready and does not answer
-// is being restarted by the rollout, not lost: the reconcile must not
-// start a failover countdown. (The StatefulSet used to be observed after
-// the phases, so Failover never saw the rollout.)
+// and carries the new revision was restarted by the rollout, not lost: the
+// reconcile must not start a failover countdown. A primary still on the
+// old revision that fails mid-rollout is a failure: the countdown starts
+// (a rollout must not disable failover while it waits for the primary).
 func TestRolloutIsNotAFailure(t *testing.T) {
-	ctx := context.Background()
-	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
-		db.Spec.Replicas = 2
-		db.Status.CurrentPrimary = "orders-0"
-		db.Finalizers = []string{Finalizer}
-	})
-	var pods []client.Object
-	for i := range 2 {
-		ready := corev1.ConditionTrue
-		if i == 0 {
-			ready = corev1.ConditionFalse // restarting for the rollout
-		}
-		pods = append(pods, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
-			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}},
+	for _, tt := range []struct {
+		name          string
+		primaryRev    string
+		wantCountdown bool
+	}{
+		{"restarted for the rollout", "orders-2", false},
+		{"failed on the old revision", "orders-1", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = 2
+				db.Status.CurrentPrimary = "orders-0"
+				db.Finalizers = []string{Finalizer}
+			})
+			var pods []client.Object
+			for i := range 2 {
+				ready, labels := corev1.ConditionTrue, selectorLabels(db)
+				labels[appsv1.ControllerRevisionHashLabelKey] = "orders-2"
+				if i == 0 {
+					ready = corev1.ConditionFalse
+					labels[appsv1.ControllerRevisionHashLabelKey] = tt.primaryRev
+				}
+				pods = append(pods, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: labels},
+					Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}}},
+				})
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, append(pods, db)...)
+			r.Instances = &InstanceConnector{Client: c, Resolve: func(context.Context, *corev1.Pod, int) (engine.Endpoint, error) {
+				return engine.Endpoint{}, errors.New("no server answers")
+			}}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			// The first reconcile applied the StatefulSet; now it is mid-rollout.
+			sts := &appsv1.StatefulSet{}
+			if err := c.Get(ctx, req.NamespacedName, sts); err != nil {
+				t.Fatal(err)
+			}
+			sts.Status.CurrentRevision, sts.Status.UpdateRevision = "orders-1", "orders-2"
+			sts.Status.ObservedGeneration = sts.Generation
+			if err := c.Status().Update(ctx, sts); err != nil {
+				t.Fatal(err)
+			}
+			got := &dbv1.Database{}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			got.Status.PrimaryUnhealthySince = nil
+			if err := c.Status().Update(ctx, got); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if started := got.Status.PrimaryUnhealthySince != nil; started != tt.wantCountdown {
+				t.Errorf("failover countdown started: %v, want %v (primaryUnhealthySince %v)", started, tt.wantCountdown, got.Status.PrimaryUnhealthySince)
+			}
 		})
-	}
-	writes := 0
-	r, c := newFakeReconciler(t, &writes, append(pods, db)...)
-	r.Instances = &InstanceConnector{Client: c, Resolve: func(context.Context, *corev1.Pod, int) (engine.Endpoint, error) {
-		return engine.Endpoint{}, errors.New("no server answers")
-	}}
-	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
-	if _, err := r.Reconcile(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	// The first reconcile applied the StatefulSet; now it is mid-rollout.
-	sts := &appsv1.StatefulSet{}
-	if err := c.Get(ctx, req.NamespacedName, sts); err != nil {
-		t.Fatal(err)
-	}
-	sts.Status.CurrentRevision, sts.Status.UpdateRevision = "orders-1", "orders-2"
-	if err := c.Status().Update(ctx, sts); err != nil {
-		t.Fatal(err)
-	}
-	got := &dbv1.Database{}
-	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
-		t.Fatal(err)
-	}
-	got.Status.PrimaryUnhealthySince = nil
-	if err := c.Status().Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Reconcile(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.PrimaryUnhealthySince != nil {
-		t.Errorf("a failover countdown started during a rollout (primaryUnhealthySince %v)", got.Status.PrimaryUnhealthySince)
 	}
 }

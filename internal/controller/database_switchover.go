@@ -25,6 +25,9 @@ const switchoverCatchUp = 60 * time.Second
 // none that was acknowledged is lost.
 func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	target, current := db.Spec.Primary, db.Status.CurrentPrimary
+	if obs.rolloutTarget != "" {
+		target = obs.rolloutTarget
+	}
 	if r.Instances == nil || target == "" || current == "" || target == current || obs.promoted != "" {
 		return nil
 	}

@@ -44,7 +44,7 @@ func (r *DatabaseReconciler) reconcileTopology(ctx context.Context, db *dbv1.Dat
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("restarting %s: %w", pod.Name, err)
 		}
-		r.event(db, corev1.EventTypeNormal, "InstanceRestarted", "Rejoin", "Restarted %s to %s", pod.Name, obs.restartWhy[pod.Name])
+		r.event(db, corev1.EventTypeNormal, "InstanceRestarted", "Restart", "Restarted %s to %s", pod.Name, obs.restartWhy[pod.Name])
 	}
 	return nil
 }

@@ -17,9 +17,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -679,30 +681,7 @@ func TestSwitchoverUnderWrites(t *testing.T) {
 			db, open := haDatabase(t, d, "sw", 2)
 			ns := db.Namespace
 			ctx := context.Background()
-			r := clusterResolver()
-			var acked []int
-			stop, done := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(done)
-				for i := 1; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-					addrs, err := r.LookupHost(cctx, fmt.Sprintf("%s-rw.%s.svc.cluster.local", db.Name, ns))
-					cancel()
-					if err == nil && len(addrs) == 1 {
-						c := open(addrs[0])
-						if execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'w')", i)) == nil {
-							acked = append(acked, i)
-						}
-						_ = c.Close()
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}()
+			stopWriting := writeThroughRW(db, open)
 			time.Sleep(time.Second)
 			old, target := db.Name+"-0", db.Name+"-1"
 			oldPod, err := cs.CoreV1().Pods(ns).Get(ctx, old, metav1.GetOptions{})
@@ -727,37 +706,8 @@ func TestSwitchoverUnderWrites(t *testing.T) {
 			})
 			waitRunning(t, db, 2, 3*time.Minute)
 			time.Sleep(2 * time.Second) // writes through -rw on the new primary
-			close(stop)
-			<-done
-			if len(acked) == 0 {
-				t.Fatal("no write was acknowledged")
-			}
-			c := open(podIP(t, ns, target))
-			have := map[int]bool{}
-			rows, err := c.Query("SELECT id FROM orders")
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var id int
-				if err := rows.Scan(&id); err != nil {
-					t.Fatal(err)
-				}
-				have[id] = true
-			}
-			rows.Close()
-			var lost []int
-			for _, id := range acked {
-				if !have[id] {
-					lost = append(lost, id)
-				}
-			}
-			if len(lost) > 0 {
-				t.Fatalf("%d of %d acknowledged writes are not on the new primary: %v", len(lost), len(acked), lost)
-			}
-			if last := acked[len(acked)-1]; !have[last] {
-				t.Fatalf("no write after the switchover")
-			}
+			acked := stopWriting()
+			have := noAckedWriteLost(t, open(podIP(t, ns, target)), acked)
 			// The old primary follows with every row.
 			eventually(t, 2*time.Minute, "the old primary a read-only replica with every row", func() string {
 				return atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, len(have), true) })
@@ -776,6 +726,138 @@ func TestSwitchoverUnderWrites(t *testing.T) {
 				}
 			}
 			t.Logf("%d writes acknowledged, none lost", len(acked))
+		})
+	}
+}
+
+// writeThroughRW starts an application writing one row at a time through
+// the -rw Service, as it resolves at each write (a new connection each
+// time, as a pool after a failed write would), and returns a stop function
+// that ends it and returns the ids of the writes the servers acknowledged.
+func writeThroughRW(db *dbv1.Database, open func(string) *sql.DB) (stop func() []int) {
+	r := clusterResolver()
+	var acked []int
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; ; i++ {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			addrs, err := r.LookupHost(ctx, fmt.Sprintf("%s-rw.%s.svc.cluster.local", db.Name, db.Namespace))
+			cancel()
+			if err == nil && len(addrs) == 1 {
+				c := open(addrs[0])
+				if execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'w')", i)) == nil {
+					acked = append(acked, i)
+				}
+				_ = c.Close()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return func() []int {
+		close(quit)
+		<-done
+		return acked
+	}
+}
+
+// noAckedWriteLost fails the test unless primary holds every acknowledged
+// write, the last one included (writes went on after the move); it
+// returns the ids primary holds.
+func noAckedWriteLost(t testing.TB, primary *sql.DB, acked []int) map[int]bool {
+	t.Helper()
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	have := map[int]bool{}
+	rows, err := primary.Query("SELECT id FROM orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id int
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		have[id] = true
+	}
+	rows.Close()
+	var lost []int
+	for _, id := range acked {
+		if !have[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged writes are not on the primary: %v", len(lost), len(acked), lost)
+	}
+	if last := acked[len(acked)-1]; !have[last] {
+		t.Fatalf("no write after the move")
+	}
+	return have
+}
+
+// TestRollingChangeSwitchesOver: a change of the pod template (here the
+// CPU request) under writes through -rw restarts the replica first, then
+// moves the primary to it by a switchover, then restarts the old primary:
+// every pod ends on the new revision, no failover happens, and no
+// acknowledged write is lost.
+func TestRollingChangeSwitchesOver(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, open := haDatabase(t, d, "roll", 2)
+			ns := db.Namespace
+			ctx := context.Background()
+			old, next := db.Name+"-0", db.Name+"-1"
+			stopWriting := writeThroughRW(db, open)
+			time.Sleep(time.Second)
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+				t.Fatal(err)
+			}
+			db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+			if err := k8s.Update(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 3*time.Minute, "every pod on the new revision, the primary moved", func() string {
+				sts, err := cs.AppsV1().StatefulSets(ns).Get(ctx, db.Name, metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				rev := sts.Status.UpdateRevision
+				for _, name := range []string{old, next} {
+					p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						return err.Error()
+					}
+					if got := p.Labels["controller-revision-hash"]; got != rev || p.Spec.Containers[0].Resources.Requests.Cpu().String() != "150m" {
+						return fmt.Sprintf("%s at revision %s, want %s", name, got, rev)
+					}
+				}
+				if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+					return err.Error()
+				}
+				if db.Status.CurrentPrimary != next {
+					return "primary " + db.Status.CurrentPrimary
+				}
+				return ""
+			})
+			waitRunning(t, db, 2, 3*time.Minute)
+			time.Sleep(2 * time.Second) // writes through -rw on the new primary
+			acked := stopWriting()
+			have := noAckedWriteLost(t, open(podIP(t, ns, next)), acked)
+			if db.Status.LastFailover != nil {
+				t.Errorf("a rolling change failed over: %+v", db.Status.LastFailover)
+			}
+			wantEvents(t, db, "RolloutSwitchover", "SwitchoverCompleted", "InstanceRestarted")
+			eventually(t, 2*time.Minute, "the old primary a read-only replica with every row", func() string {
+				return atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, len(have), true) })
+			})
+			t.Logf("%d writes acknowledged during the rollout, none lost", len(acked))
 		})
 	}
 }
