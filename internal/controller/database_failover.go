@@ -95,11 +95,13 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 }
 
 // restartedForRollout: the primary's pod was restarted in place by the
-// rollout (it carries the revision being rolled out, while the rollout
-// goes on), so it is expected to be unready for a while. A primary that
-// fails on the old revision is failed over as ever.
+// rollout (it carries the revision being rolled out, while some pod does
+// not yet), so it is expected to be unready for a while. A primary that
+// fails on the old revision, or once every pod is updated, is failed over
+// as ever. (Not currentRevision: under OnDelete, Kubernetes before 1.35
+// never advances it, which would spare every primary for good.)
 func restartedForRollout(sts *appsv1.StatefulSet, primary *corev1.Pod) bool {
-	if sts == nil || primary == nil || sts.Status.CurrentRevision == sts.Status.UpdateRevision {
+	if sts == nil || primary == nil || sts.Status.UpdateRevision == "" || sts.Status.UpdatedReplicas >= ptrValue(sts.Spec.Replicas) {
 		return false
 	}
 	return primary.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision

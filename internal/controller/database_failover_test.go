@@ -146,7 +146,7 @@ func TestRolloutIsNotAFailure(t *testing.T) {
 			var pods []client.Object
 			for i := range 2 {
 				ready, labels := corev1.ConditionTrue, selectorLabels(db)
-				labels[appsv1.ControllerRevisionHashLabelKey] = "orders-2"
+				labels[appsv1.ControllerRevisionHashLabelKey] = "orders-1" // the replica not rolled yet
 				if i == 0 {
 					ready = corev1.ConditionFalse
 					labels[appsv1.ControllerRevisionHashLabelKey] = tt.primaryRev
@@ -171,6 +171,10 @@ func TestRolloutIsNotAFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			sts.Status.CurrentRevision, sts.Status.UpdateRevision = "orders-1", "orders-2"
+			sts.Status.UpdatedReplicas = 0 // the rollout goes on
+			if tt.primaryRev == "orders-2" {
+				sts.Status.UpdatedReplicas = 1
+			}
 			sts.Status.ObservedGeneration = sts.Generation
 			if err := c.Status().Update(ctx, sts); err != nil {
 				t.Fatal(err)
