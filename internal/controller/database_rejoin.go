@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -12,6 +13,10 @@ import (
 	"example.com/database-operator/internal/engine"
 )
 
+// replicaCheckInterval is how often the replicas of a Database are looked
+// at when nothing else brings a reconcile.
+const replicaCheckInterval = 30 * time.Second
+
 // reconcileRejoin brings every other ready instance under the current
 // primary. A former primary that came back writable is fenced at once (two
 // primaries never take writes); then PostgreSQL is restarted so its start
@@ -19,11 +24,15 @@ import (
 // the primary when it holds nothing the primary lacks, or is rebuilt from
 // the primary (its old data set aside, an Event naming both positions) when
 // it holds errant transactions. A replica streaming from anything but the
-// primary is re-pointed.
+// primary is re-pointed, and one that can never catch up with it (its
+// source purged what it needs) is rebuilt.
 func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	if r.Instances == nil || db.Spec.Replicas < 2 || db.Status.CurrentPrimary == "" {
 		return nil
 	}
+	// A replica can break with nothing in the cluster changing (its
+	// source purged what it needs): look again even when no event comes.
+	obs.requeueWithin(replicaCheckInterval)
 	pods, err := r.instancePods(ctx, db, obs)
 	if err != nil {
 		return err
@@ -85,6 +94,10 @@ func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
 	// A standby whose receiver is down reports no source; re-pointing it
 	// is harmless when it was right, and heals it when it was not.
 	if st.Source == p.primaryEP.String() {
+		if st.SourceLost != "" {
+			p.rebuild(pod, "Rebuild", "ReplicaCannotCatchUp", fmt.Sprintf("%s can never catch up with %s, which no longer holds what it needs next (%s)",
+				pod.Name, p.primaryPod.Name, st.SourceLost))
+		}
 		return nil
 	}
 	if err := inst.Follow(ctx, p.primaryEP, p.repl); err != nil {
@@ -133,13 +146,20 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 	// Errant transactions: re-attaching would fail or, worse, silently
 	// skip them. Rebuild from the primary; the start script keeps the old
 	// data aside on the volume for whoever wants to recover those writes.
+	p.rebuild(pod, "Rebuild", "InstanceDiverged", fmt.Sprintf("%s holds transactions primary %s lacks (%s against %s)", pod.Name, primary, st.Applied, pst.Applied))
+	return nil
+}
+
+// rebuild asks for pod to be rebuilt from the primary (the start script
+// sets its data aside on the volume, never deletes it, and clones) and
+// says why in a Warning Event.
+func (p *rejoin) rebuild(pod *corev1.Pod, action, reason, why string) {
+	primary := p.primaryPod.Name
 	token := p.r.now().UTC().Format("20060102T150405Z")
 	p.obs.requestRebuild(pod.Name, token)
-	p.r.event(p.db, corev1.EventTypeWarning, "InstanceDiverged", "Rebuild",
-		"%s holds transactions primary %s lacks (%s against %s): rebuilding it from %s (request %s); its old data is kept aside on its volume",
-		pod.Name, primary, st.Applied, pst.Applied, primary, token)
+	p.r.event(p.db, corev1.EventTypeWarning, reason, action,
+		"%s: rebuilding it from %s (request %s); its old data is kept aside on its volume", why, primary, token)
 	p.obs.restartPod(pod, "rebuild it from "+primary)
-	return nil
 }
 
 // reportDiverged says, before a former PostgreSQL primary is rewound, which

@@ -79,6 +79,10 @@ type Status struct {
 	Source string
 	// Streaming is true when a replica is connected to its source.
 	Streaming bool
+	// SourceLost, on a replica, is why it can never catch up with its
+	// source (the server's own words), when that is so: the source no
+	// longer holds what the replica needs next. Only a rebuild helps.
+	SourceLost string
 }
 
 // Instance is one database server.

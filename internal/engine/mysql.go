@@ -282,6 +282,13 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 	}
 	st.Role = RoleReplica
 	st.Streaming = row[m.d.ioRunningColumn()] == "Yes"
+	// Error 1236 (fatal error reading the source's binary log): the source
+	// purged what this replica needs next, or the replica holds
+	// transactions the source lacks. The IO thread retries for ever and
+	// never gets further.
+	if row["Last_IO_Errno"] == "1236" {
+		st.SourceLost = row["Last_IO_Error"]
+	}
 	if h := row[m.d.sourceHostColumn()]; h != "" {
 		st.Source = h + ":" + row[m.d.sourcePortColumn()]
 	}

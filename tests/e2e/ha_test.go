@@ -862,6 +862,60 @@ func TestRollingChangeSwitchesOver(t *testing.T) {
 	}
 }
 
+// TestReplicaThatCannotCatchUpIsRebuilt: a MariaDB replica is away while
+// its primary purges the binary logs it still needs; back, it can never
+// catch up (error 1236), with nothing in the cluster changing. The operator
+// notices on its own, rebuilds it from the primary (its old data set
+// aside, never deleted) and says why; the replica then has every row.
+func TestReplicaThatCannotCatchUpIsRebuilt(t *testing.T) {
+	d := dialects[1]
+	db, open, primary, _ := replicatedPair(t, d, "stuck")
+	ns := db.Namespace
+	repl := db.Name + "-1"
+	replRoot := d.superuser(t, db, podIP(t, ns, repl))
+	if err := execTimeout(replRoot, "STOP SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, primary, 11, 20, "while away")
+	primRoot := d.superuser(t, db, podIP(t, ns, db.Name+"-0"))
+	if err := execTimeout(primRoot, "FLUSH BINARY LOGS"); err != nil {
+		t.Fatal(err)
+	}
+	// Only the log begun by the flush is left: the rows the replica lacks
+	// are in none the primary still has.
+	eventually(t, 10*time.Second, "the primary's older binary logs purged", func() string {
+		// Again until it takes: a log still read by the replica's ending
+		// dump thread is kept.
+		if err := execTimeout(primRoot, "PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND"); err != nil {
+			return err.Error()
+		}
+		rows, err := primRoot.Query("SHOW BINARY LOGS")
+		if err != nil {
+			return err.Error()
+		}
+		defer rows.Close()
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		if n != 1 {
+			return fmt.Sprintf("%d binary logs", n)
+		}
+		return ""
+	})
+	if err := execTimeout(replRoot, "START SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	// Detected within the operator's replica check (30 s) and rebuilt.
+	eventually(t, 2*time.Minute, "the rebuilt replica with every row", func() string {
+		return atPod(t, open, ns, repl, func(c *sql.DB) string { return d.state(c, 20, true) })
+	})
+	wantEvents(t, db, "ReplicaCannotCatchUp", "InstanceRestarted")
+	if aside, _ := filepath.Glob(filepath.Join(claimDir(t, ns, "data-"+repl), "*rebuild*")); len(aside) != 1 {
+		t.Errorf("the stuck replica's data set aside: %v, want one directory", aside)
+	}
+}
+
 // TestFailoverLagBound: with spec.failover.maxLag, a replica that fell too
 // far behind the primary's last seen position is not promoted: the
 // Database stays without a serving primary, says why, and tells OLM not to

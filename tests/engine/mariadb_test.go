@@ -154,3 +154,75 @@ func TestMariaDBFormerPrimaryFollows(t *testing.T) {
 		t.Errorf("former primary has %d rows, want 2", n)
 	}
 }
+
+// TestMariaDBSourceLost: a replica whose primary purged the binary logs it
+// still needs reports why it can never catch up (SourceLost); a healthy
+// one reports nothing.
+func TestMariaDBSourceLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := testservers.StartMariaDBPrimary(t)
+	r := p.StartReplica(t)
+	replica := r.Instance(t)
+	if st, err := replica.Status(ctx); err != nil || st.SourceLost != "" {
+		t.Fatalf("a healthy replica: %+v (%v)", st, err)
+	}
+	for _, stmt := range []string{"CREATE DATABASE lost", "CREATE TABLE lost.t (i INT PRIMARY KEY)"} {
+		if err := p.RootExec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.RootExec(ctx, "STOP SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{"INSERT INTO lost.t VALUES (1)", "FLUSH BINARY LOGS"} {
+		if err := p.RootExec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Purged until only the log the flush began is left (one still read by
+	// the replica's ending dump thread is kept at first).
+	for i := 0; ; i++ {
+		if err := p.RootExec(ctx, "PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND"); err != nil {
+			t.Fatal(err)
+		}
+		db, err := p.DB(ctx, "root", testservers.MariaDBRootPassword)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		db.Close()
+		if n == 1 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%d binary logs left after the purge", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := r.RootExec(ctx, "START SLAVE IO_THREAD"); err != nil {
+		t.Fatal(err)
+	}
+	var st engine.Status
+	for range 100 {
+		var err error
+		if st, err = replica.Status(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st.SourceLost != "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(st.SourceLost, "1236") {
+		t.Errorf("SourceLost %q, want the server's error 1236", st.SourceLost)
+	}
+}
