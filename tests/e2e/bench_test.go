@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -51,22 +52,31 @@ func failoverOnce(b *testing.B, d dialect) time.Duration {
 	if err := node.Down(db.Namespace, old); err != nil {
 		b.Fatal(err)
 	}
-	for time.Since(start) < 2*time.Minute {
+	// A new id per attempt: a write whose answer was lost may have been
+	// committed, and retrying its id would fail for ever as a duplicate.
+	var last error
+	for id := 1; time.Since(start) < 2*time.Minute; id++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		addrs, err := r.LookupHost(ctx, db.Name+"-rw."+db.Namespace+".svc.cluster.local")
 		cancel()
-		if err == nil && len(addrs) == 1 {
+		switch {
+		case err != nil:
+			last = err
+		case len(addrs) != 1:
+			last = fmt.Errorf("-rw resolves to %v", addrs)
+		default:
 			c := open(addrs[0])
-			err := execTimeout(c, "INSERT INTO orders VALUES (1, 'after')")
+			err := execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'after')", id))
 			_ = c.Close()
 			if err == nil && podRole(db.Namespace, old) != "primary" {
 				return time.Since(start)
 			}
+			last = err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	got := &dbv1.Database{}
 	_ = k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got)
-	b.Fatalf("no write through %s-rw within 2 minutes; status %+v", db.Name, got.Status)
+	b.Fatalf("no write through %s-rw within 2 minutes (last: %v); status %+v", db.Name, last, got.Status)
 	return 0
 }
