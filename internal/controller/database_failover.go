@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -56,9 +55,6 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 			primaryPod = &pods[i]
 		}
 	}
-	if restartedForRollout(obs.statefulSet, primaryPod) {
-		return nil
-	}
 	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
 		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
 		if db.Spec.Failover.MaxLag != nil {
@@ -92,19 +88,6 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		return nil
 	}
 	return r.failover(ctx, db, obs, pods, primaryPod, repl)
-}
-
-// restartedForRollout: the primary's pod was restarted in place by the
-// rollout (it carries the revision being rolled out, while some pod does
-// not yet), so it is expected to be unready for a while. A primary that
-// fails on the old revision, or once every pod is updated, is failed over
-// as ever. (Not currentRevision: under OnDelete, Kubernetes before 1.35
-// never advances it, which would spare every primary for good.)
-func restartedForRollout(sts *appsv1.StatefulSet, primary *corev1.Pod) bool {
-	if sts == nil || primary == nil || sts.Status.UpdateRevision == "" || sts.Status.UpdatedReplicas >= ptrValue(sts.Spec.Replicas) {
-		return false
-	}
-	return primary.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision
 }
 
 type candidate struct {

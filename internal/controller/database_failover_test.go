@@ -121,20 +121,20 @@ func TestChooseCandidateLagBound(t *testing.T) {
 	}
 }
 
-// TestRolloutIsNotAFailure: while the StatefulSet rolls (its current and
-// update revisions differ), a primary that is unready and does not answer
-// and carries the new revision was restarted by the rollout, not lost: the
-// reconcile must not start a failover countdown. A primary still on the
-// old revision that fails mid-rollout is a failure: the countdown starts
-// (a rollout must not disable failover while it waits for the primary).
-func TestRolloutIsNotAFailure(t *testing.T) {
+// TestFailoverDuringRollout: a primary that is unready and does not answer
+// while the pods roll out is failed over like any other, whatever its
+// revision: the operator restarts a primary for a rollout only after a
+// switchover (or in place when no failover could happen: one instance,
+// servers out of reach), so sparing it would only keep failover off while
+// the rollout waits for that very primary.
+func TestFailoverDuringRollout(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		primaryRev    string
 		wantCountdown bool
 	}{
-		{"restarted for the rollout", "orders-2", false},
-		{"failed on the old revision", "orders-1", true},
+		{"on the new revision", "orders-2", true},
+		{"on the old revision", "orders-1", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()

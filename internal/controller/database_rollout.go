@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // rolloutWait is how soon a rollout looks again while a restarted pod
@@ -21,23 +24,25 @@ const rolloutWait = 2 * time.Second
 // configuration) out itself: the StatefulSet's update strategy is OnDelete,
 // so no pod restarts unless this phase (or Rejoin) deletes it. One pod at
 // a time, each only once every other is ready: the replicas first, highest
-// ordinal first; then a switchover to an updated replica, so the primary's
-// restart is a planned move with no lost write and no failover; then the
-// old primary, now a replica. A Database of one instance, or one whose
-// servers cannot be reached, has its primary restarted in place (its
-// writes stop while it restarts), and an Event says so.
+// ordinal first; then a switchover to an updated replica that streams from
+// the primary, so the primary's restart is a planned move with no lost
+// write and no failover; then the old primary, now a replica. A Database
+// of one instance, or whose servers cannot be reached, has its primary
+// restarted in place (its writes stop while it restarts), and an Event
+// says so. It waits while a failover is under way, and while a switchover
+// the user asked for (spec.primary) can go ahead; a spec.primary still on
+// the old template is restarted first, and its switchover follows.
 //
-// It waits while a failover or a switchover the user asked for is under
-// way, and names the switchover's target in obs.rolloutTarget for the
-// Switchover phase, which runs next.
+// It is not a gate: a switchover that fails here (the target did not
+// catch up) is retried with the controller's back-off, and the phases
+// after it (Rejoin, which may heal that target) still run.
 func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	sts := obs.statefulSet
 	if sts == nil || sts.Status.UpdateRevision == "" || sts.Status.ObservedGeneration < sts.Generation {
 		return nil
 	}
 	current := db.Status.CurrentPrimary
-	if current == "" || obs.promoted != "" || obs.primaryUnhealthySince != nil ||
-		(db.Spec.Primary != "" && db.Spec.Primary != current) {
+	if current == "" || obs.promoted != "" || obs.primaryUnhealthySince != nil {
 		return nil
 	}
 	pods, err := r.instancePods(ctx, db, obs)
@@ -45,16 +50,19 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 		return err
 	}
 	revision := sts.Status.UpdateRevision
-	var stale []*corev1.Pod
-	var primary, updated *corev1.Pod
+	updatedRev := func(p *corev1.Pod) bool { return p.Labels[appsv1.ControllerRevisionHashLabelKey] == revision }
+	// Highest ordinal first (by number: db-10 after db-9).
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return podOrdinal(b.Name) - podOrdinal(a.Name) })
+	var stale, updated []*corev1.Pod
+	var primary *corev1.Pod
 	for i := range pods {
 		p := &pods[i]
-		isStale := p.Labels[appsv1.ControllerRevisionHashLabelKey] != revision
 		switch {
 		case !p.DeletionTimestamp.IsZero():
 			obs.requeueWithin(rolloutWait) // one pod at a time: wait for it
 			return nil
-		case !podReady(p) && isStale && p.Name != current:
+		case !podReady(p) && !updatedRev(p) && p.Name != current:
 			// A replica that does not come up on the old template serves
 			// nothing: the new one may be its fix.
 			obs.restartPod(p, "roll out revision "+revision+" (it was not ready)")
@@ -63,22 +71,25 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 		case !podReady(p):
 			obs.requeueWithin(rolloutWait)
 			return nil
-		}
-		switch {
-		case isStale:
-			stale = append(stale, p)
-		case p.Name != current && updated == nil:
-			updated = p
-		}
-		if p.Name == current {
+		case p.Name == current:
 			primary = p
 		}
+		if updatedRev(p) {
+			if p.Name != current {
+				updated = append(updated, p)
+			}
+		} else {
+			stale = append(stale, p)
+		}
 	}
-	if len(stale) == 0 || int32(len(pods)) < max(db.Spec.Replicas, 1) {
+	if len(stale) == 0 || int32(len(pods)) < max(db.Spec.Replicas, 1) || primary == nil {
 		return nil // nothing to roll, or the StatefulSet still makes pods
 	}
-	// Replicas first, the highest ordinal first (as RollingUpdate would).
-	slices.SortFunc(stale, func(a, b *corev1.Pod) int { return -strings.Compare(a.Name, b.Name) })
+	if want := db.Spec.Primary; want != "" && want != current {
+		if i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == want }); i >= 0 && updatedRev(&pods[i]) {
+			return nil // the user's switchover goes first (the Switchover phase)
+		}
+	}
 	for _, p := range stale {
 		if p.Name != current {
 			obs.restartPod(p, "roll out revision "+revision)
@@ -87,11 +98,19 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 		}
 	}
 	// Only the primary is left.
-	why := r.switchoverImpossible(ctx, obs, primary, updated)
-	if why == "" {
-		obs.rolloutTarget = updated.Name
+	target, why := r.rolloutTarget(ctx, obs, primary, updated)
+	switch {
+	case target != nil:
 		r.event(db, corev1.EventTypeNormal, "RolloutSwitchover", "Rollout",
-			"Switching over from %s to %s (updated to revision %s) before restarting %s", current, updated.Name, revision, current)
+			"Switching over from %s to %s (updated to revision %s) before restarting %s", current, target.Name, revision, current)
+		if err := r.switchover(ctx, db, obs, pods, target.Name); err != nil {
+			return fmt.Errorf("rolling out revision %s: %w", revision, err)
+		}
+		return nil
+	case len(updated) > 0 && r.Instances != nil && why == "":
+		// Replicas exist but none can take over now: Rejoin heals them.
+		log.FromContext(ctx).Info("rollout waits for an updated replica that streams from the primary", "primary", current, "revision", revision)
+		obs.requeueWithin(10 * time.Second)
 		return nil
 	}
 	r.event(db, corev1.EventTypeWarning, "RolloutRestartsPrimary", "Rollout",
@@ -101,19 +120,58 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 	return nil
 }
 
-// switchoverImpossible says why a rollout cannot move the primary to
-// target first ("" when it can).
-func (r *DatabaseReconciler) switchoverImpossible(ctx context.Context, obs *observed, primary, target *corev1.Pod) string {
+// rolloutTarget picks the updated replica to move the primary to: one that
+// streams from the primary and can catch up, the furthest ahead. With none
+// such, why says why the primary must restart in place ("" when replicas
+// exist but none can take over yet: wait).
+func (r *DatabaseReconciler) rolloutTarget(ctx context.Context, obs *observed, primary *corev1.Pod, updated []*corev1.Pod) (*corev1.Pod, string) {
 	switch {
-	case target == nil:
-		return "no updated replica to switch over to"
+	case len(updated) == 0:
+		return nil, "no replica to switch over to"
 	case r.Instances == nil:
-		return "the operator does not reach servers"
+		return nil, "the operator does not reach servers"
 	}
-	for _, p := range []*corev1.Pod{primary, target} {
-		if _, err := obs.instances.get(ctx, p); err != nil {
-			return fmt.Sprintf("%s cannot be reached: %v", p.Name, err)
+	if _, err := obs.instances.get(ctx, primary); err != nil {
+		return nil, fmt.Sprintf("%s cannot be reached: %v", primary.Name, err)
+	}
+	primaryEP, err := obs.instances.endpoint(ctx, primary)
+	if err != nil {
+		return nil, fmt.Sprintf("%s has no address: %v", primary.Name, err)
+	}
+	var best *corev1.Pod
+	var bestInst engine.Instance
+	var bestAt engine.Position
+	reached := 0
+	for _, p := range updated {
+		inst, err := obs.instances.get(ctx, p)
+		if err != nil {
+			continue
+		}
+		reached++
+		st, err := inst.Status(ctx)
+		if err != nil || st.Role != engine.RoleReplica || !st.Streaming || st.SourceLost != "" || st.Source != primaryEP.String() {
+			continue
+		}
+		if best == nil {
+			best, bestInst, bestAt = p, inst, st.Received
+			continue
+		}
+		if c, err := bestInst.Compare(st.Received, bestAt); err == nil && c > 0 {
+			best, bestInst, bestAt = p, inst, st.Received
 		}
 	}
-	return ""
+	if best == nil && reached == 0 {
+		return nil, "no updated replica can be reached"
+	}
+	return best, ""
+}
+
+// podOrdinal is the StatefulSet ordinal at the end of a pod's name (-1
+// when there is none).
+func podOrdinal(name string) int {
+	n, err := strconv.Atoi(name[strings.LastIndex(name, "-")+1:])
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -22,11 +22,8 @@ type observed struct {
 	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
 	pods        []corev1.Pod
 	podsListed  bool
-	waiting     string // set when a phase waits on something before it can go on
-	// rolloutTarget is the replica the Rollout phase asks the Switchover
-	// phase to move the primary to before the primary restarts.
-	rolloutTarget string
-	requeue       time.Duration // when to look again (a failover delay running out)
+	waiting     string        // set when a phase waits on something before it can go on
+	requeue     time.Duration // when to look again (a failover delay running out)
 
 	// Failover: when the primary was first seen failed (nil: healthy), and
 	// the pod promoted in this reconcile with the record of it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -19,15 +20,11 @@ import (
 const switchoverCatchUp = 60 * time.Second
 
 // reconcileSwitchover moves the primary role to spec.primary when it names
-// another ready instance: fence the current primary, wait until the target
-// has applied everything the primary wrote, promote the target, and point
-// every other instance at it. Writes stop for the length of the catch-up;
-// none that was acknowledged is lost.
+// another ready instance. A target still on the old pod template while a
+// rollout goes on waits: the rollout restarts it first (a switchover to it
+// now would be followed by another to restart it).
 func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	target, current := db.Spec.Primary, db.Status.CurrentPrimary
-	if obs.rolloutTarget != "" {
-		target = obs.rolloutTarget
-	}
 	if r.Instances == nil || target == "" || current == "" || target == current || obs.promoted != "" {
 		return nil
 	}
@@ -35,6 +32,23 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	if err != nil {
 		return err
 	}
+	if sts := obs.statefulSet; sts != nil && sts.Status.UpdateRevision != "" {
+		for i := range pods {
+			if pods[i].Name == target && pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
+				obs.requeueWithin(rolloutWait)
+				return nil
+			}
+		}
+	}
+	return r.switchover(ctx, db, obs, pods, target)
+}
+
+// switchover moves the primary role to target: fence the current primary,
+// wait until the target has applied everything the primary wrote, promote
+// the target, and point every other instance at it. Writes stop for the
+// length of the catch-up; none that was acknowledged is lost.
+func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, target string) error {
+	current := db.Status.CurrentPrimary
 	var targetPod, currentPod *corev1.Pod
 	for i := range pods {
 		switch pods[i].Name {

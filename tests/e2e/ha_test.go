@@ -862,6 +862,77 @@ func TestRollingChangeSwitchesOver(t *testing.T) {
 	}
 }
 
+// TestRollingChangeWithPinnedPrimary: with spec.primary naming the
+// primary, a rolling change moves the primary away to restart it and then
+// back, once: it ends on the pinned instance, every pod updated, and no
+// switchover loop (a review found the pinned, not yet updated primary was
+// switched back to and away again at every reconcile).
+func TestRollingChangeWithPinnedPrimary(t *testing.T) {
+	d := dialects[1]
+	db, _ := haDatabase(t, d, "pin", 2, func(db *dbv1.Database) { db.Spec.Primary = "pin-0" })
+	ns := db.Namespace
+	ctx := context.Background()
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+		t.Fatal(err)
+	}
+	db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	if err := k8s.Update(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	switchovers := func() int {
+		list := &eventsv1.EventList{}
+		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range list.Items {
+			if e.Regarding.Name == db.Name && e.Reason == "SwitchoverCompleted" {
+				n++
+				if e.Series != nil && e.Series.Count > 1 {
+					n += int(e.Series.Count) - 1
+				}
+			}
+		}
+		return n
+	}
+	eventually(t, 3*time.Minute, "every pod updated, the pinned primary back", func() string {
+		sts, err := cs.AppsV1().StatefulSets(ns).Get(ctx, db.Name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, name := range []string{"pin-0", "pin-1"} {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			if got := p.Labels["controller-revision-hash"]; got != sts.Status.UpdateRevision {
+				return fmt.Sprintf("%s at revision %s, want %s", name, got, sts.Status.UpdateRevision)
+			}
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+			return err.Error()
+		}
+		if db.Status.CurrentPrimary != "pin-0" {
+			return "primary " + db.Status.CurrentPrimary
+		}
+		return ""
+	})
+	waitRunning(t, db, 2, 3*time.Minute)
+	eventually(t, 10*time.Second, "the two switchovers recorded", func() string {
+		if n := switchovers(); n < 2 {
+			return fmt.Sprintf("%d SwitchoverCompleted Events", n)
+		}
+		return ""
+	})
+	time.Sleep(15 * time.Second) // several reconciles: no switchover more
+	if n := switchovers(); n != 2 {
+		t.Errorf("%d switchovers: want the move away and back only", n)
+	}
+	if db.Status.LastFailover != nil {
+		t.Errorf("a rolling change failed over: %+v", db.Status.LastFailover)
+	}
+}
+
 // TestReplicaThatCannotCatchUpIsRebuilt: a MariaDB replica is away while
 // its primary purges the binary logs it still needs; back, it can never
 // catch up (error 1236), with nothing in the cluster changing. The operator
