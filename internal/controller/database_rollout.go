@@ -50,7 +50,7 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 		return err
 	}
 	revision := sts.Status.UpdateRevision
-	updatedRev := func(p *corev1.Pod) bool { return p.Labels[appsv1.ControllerRevisionHashLabelKey] == revision }
+	updatedRev := func(p *corev1.Pod) bool { return onUpdateRevision(p, sts) }
 	// Highest ordinal first (by number: db-10 after db-9).
 	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return podOrdinal(b.Name) - podOrdinal(a.Name) })
@@ -174,4 +174,9 @@ func podOrdinal(name string) int {
 		return -1
 	}
 	return n
+}
+
+// onUpdateRevision: pod runs the StatefulSet's current pod template.
+func onUpdateRevision(pod *corev1.Pod, sts *appsv1.StatefulSet) bool {
+	return pod.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -34,7 +33,7 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 	}
 	if sts := obs.statefulSet; sts != nil && sts.Status.UpdateRevision != "" {
 		for i := range pods {
-			if pods[i].Name == target && pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
+			if pods[i].Name == target && !onUpdateRevision(&pods[i], sts) {
 				obs.requeueWithin(rolloutWait)
 				return nil
 			}

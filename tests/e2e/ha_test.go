@@ -954,26 +954,9 @@ func TestReplicaThatCannotCatchUpIsRebuilt(t *testing.T) {
 	}
 	// Only the log begun by the flush is left: the rows the replica lacks
 	// are in none the primary still has.
-	eventually(t, 10*time.Second, "the primary's older binary logs purged", func() string {
-		// Again until it takes: a log still read by the replica's ending
-		// dump thread is kept.
-		if err := execTimeout(primRoot, "PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND"); err != nil {
-			return err.Error()
-		}
-		rows, err := primRoot.Query("SHOW BINARY LOGS")
-		if err != nil {
-			return err.Error()
-		}
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		if n != 1 {
-			return fmt.Sprintf("%d binary logs", n)
-		}
-		return ""
-	})
+	if err := testservers.PurgeBinaryLogs(context.Background(), primRoot); err != nil {
+		t.Fatal(err)
+	}
 	if err := execTimeout(replRoot, "START SLAVE IO_THREAD"); err != nil {
 		t.Fatal(err)
 	}

@@ -239,3 +239,33 @@ func MasterUser(ctx context.Context, c *sql.DB) (string, error) {
 	}
 	return "", fmt.Errorf("no Master_User in %v", cols)
 }
+
+// PurgeBinaryLogs purges every binary log of the server behind c but the
+// one being written, again until it takes (a log still read by a
+// replica's ending dump thread is kept at first), for up to 10 s.
+func PurgeBinaryLogs(ctx context.Context, c *sql.DB) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := c.ExecContext(ctx, "PURGE BINARY LOGS BEFORE NOW() + INTERVAL 1 SECOND"); err != nil {
+			return err
+		}
+		rows, err := c.QueryContext(ctx, "SHOW BINARY LOGS")
+		if err != nil {
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if n == 1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d binary logs left: %w", n, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
