@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/operator-framework/operator-lib/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/controller"
 	// +kubebuilder:scaffold:imports
@@ -41,6 +43,8 @@ func dispatch(ctx context.Context, args []string) error {
 			return backup.Command(ctx, args[1:], os.Stderr)
 		case "restore":
 			return backup.RestoreCommand(ctx, args[1:], os.Stderr)
+		case "agent":
+			return agent.Command(ctx, args[1:], os.Stderr)
 		case "copy-binary":
 			if len(args) != 2 {
 				return fmt.Errorf("usage: copy-binary DESTINATION")
@@ -64,6 +68,7 @@ func run(ctx context.Context, args []string) error {
 		enableHTTP2    = fs.Bool("enable-http2", false, "serve metrics over HTTP/2 (off: mitigates HTTP/2 rapid-reset attacks)")
 		networkPolicy  = fs.Bool("network-policy", true, "render a NetworkPolicy for each Database (turn off where the network plugin does not enforce them)")
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
+		leaseDuration  = fs.Duration("primary-lease-duration", agent.DefaultLeaseDuration, "duration of each Database's primary Lease: a primary cut off from the API server stops taking writes after four fifths of it, and failover waits six fifths of it for a primary it cannot fence")
 		workers        = fs.Int("database-workers", controller.DefaultDatabaseWorkers, "Databases reconciled at once: a slow or hung server of one Database must not hold up another's failover")
 	)
 	webhooks := bindWebhookFlags(fs)
@@ -120,12 +125,15 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	if *leaseDuration < 5*time.Second {
+		return fmt.Errorf("--primary-lease-duration=%s: want at least 5s", *leaseDuration)
+	}
 	if *workers < 1 {
 		return fmt.Errorf("--database-workers=%d: want at least 1", *workers)
 	}
 	opts := controller.Options{Values: controller.ValueOptions{
 		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controller.ImagesFromEnv(os.Environ()),
-		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers}
+		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers, PrimaryLeaseDuration: *leaseDuration}
 	// OLM names the operator's OperatorCondition in the Deployment it
 	// manages; without it (a kustomize install) there is nothing to report to.
 	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -39,6 +40,9 @@ func ownedKinds() []ownedKind {
 		{gvk: corev1.SchemeGroupVersion.WithKind("ConfigMap"), obj: &corev1.ConfigMap{}, list: &corev1.ConfigMapList{}},
 		{gvk: policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), obj: &policyv1.PodDisruptionBudget{}, list: &policyv1.PodDisruptionBudgetList{}},
 		{gvk: networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), obj: &networkingv1.NetworkPolicy{}, list: &networkingv1.NetworkPolicyList{}},
+		{gvk: corev1.SchemeGroupVersion.WithKind("ServiceAccount"), obj: &corev1.ServiceAccount{}, list: &corev1.ServiceAccountList{}},
+		{gvk: rbacv1.SchemeGroupVersion.WithKind("Role"), obj: &rbacv1.Role{}, list: &rbacv1.RoleList{}},
+		{gvk: rbacv1.SchemeGroupVersion.WithKind("RoleBinding"), obj: &rbacv1.RoleBinding{}, list: &rbacv1.RoleBindingList{}},
 	}
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,13 +38,14 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 	for _, engine := range dbv1.Engines() {
 		for _, replicas := range []int32{1, 3} {
 			db := newDB(engine, func(db *dbv1.Database) { db.Spec.Replicas = replicas })
-			objs, err := desiredObjects(r, db, ValueOptions{OperatorNamespace: "operators"})
+			objs, err := desiredObjects(r, db, ValueOptions{OperatorNamespace: "operators", OperatorImage: testOperatorImage})
 			if err != nil {
 				t.Fatalf("%s: %v", engine, err)
 			}
 			got := byKindName(objs)
 			want := []string{"StatefulSet/orders", "Service/orders-headless", "Service/orders-rw", "Service/orders-ro",
-				"ConfigMap/orders-config", "ConfigMap/orders-scripts", "NetworkPolicy/orders"}
+				"ConfigMap/orders-config", "ConfigMap/orders-scripts", "NetworkPolicy/orders",
+				"ServiceAccount/orders-agent", "Role/orders-agent", "RoleBinding/orders-agent"}
 			if replicas > 1 {
 				want = append(want, "PodDisruptionBudget/orders")
 			}
@@ -86,10 +88,15 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 			if c["image"] != wantImage {
 				t.Errorf("%s: image %v, want %s", engine, c["image"], wantImage)
 			}
-			for _, probe := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
-				if c[probe] == nil {
-					t.Errorf("%s: no %s", engine, probe)
+			// The agent answers both probes, each its own question.
+			for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/livez"} {
+				cmd, _, _ := unstructured.NestedStringSlice(c, probe, "exec", "command")
+				if !slices.Equal(cmd, []string{"/agent/manager", "agent", "probe", path}) {
+					t.Errorf("%s: %s runs %v, want the agent's %s", engine, probe, cmd, path)
 				}
+			}
+			if cmd, _, _ := unstructured.NestedStringSlice(c, "command"); len(cmd) < 3 || cmd[0] != "/agent/manager" || cmd[1] != "agent" {
+				t.Errorf("%s: the database container runs %v, not the agent", engine, cmd)
 			}
 			sc := c["securityContext"].(map[string]any)
 			if sc["allowPrivilegeEscalation"] != false || sc["runAsNonRoot"] != true {
@@ -106,7 +113,7 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 func TestDesiredObjectsChangeWithSpec(t *testing.T) {
 	r := loadChart(t)
 	hash := func(db *dbv1.Database) string {
-		objs, err := desiredObjects(r, db, ValueOptions{})
+		objs, err := desiredObjects(r, db, ValueOptions{OperatorImage: testOperatorImage})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +183,7 @@ func TestRenderConcurrently(t *testing.T) {
 	for i := range 8 {
 		go func() {
 			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Name = fmt.Sprintf("db%d", i) })
-			objs, err := desiredObjects(r, db, ValueOptions{})
+			objs, err := desiredObjects(r, db, ValueOptions{OperatorImage: testOperatorImage})
 			if err == nil {
 				if _, ok := byKindName(objs)["StatefulSet/"+db.Name]; !ok {
 					err = fmt.Errorf("render of %s has no StatefulSet of its own: %v", db.Name, keys(byKindName(objs)))

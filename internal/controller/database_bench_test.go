@@ -17,7 +17,7 @@ func BenchmarkDesiredObjects(b *testing.B) {
 		b.Run(string(engine), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := desiredObjects(r, db, ValueOptions{}); err != nil {
+				if _, err := desiredObjects(r, db, ValueOptions{OperatorImage: testOperatorImage}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -28,7 +28,7 @@ func BenchmarkDesiredObjects(b *testing.B) {
 // BenchmarkContains measures the steady-state decision for the largest
 // object (the StatefulSet): is the live object already as desired?
 func BenchmarkContains(b *testing.B) {
-	objs, err := desiredObjects(loadChart(b), newDB(dbv1.EnginePostgreSQL), ValueOptions{})
+	objs, err := desiredObjects(loadChart(b), newDB(dbv1.EnginePostgreSQL), ValueOptions{OperatorImage: testOperatorImage})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,6 +45,12 @@ type DatabaseReconciler struct {
 	Now func() time.Time
 	// BackupMetrics get their gauges from each Database's Backups.
 	BackupMetrics *BackupMetrics
+	// LeaseDuration is the primary Leases' duration (default
+	// agent.DefaultLeaseDuration): how long a primary cut off from the
+	// API server keeps taking writes, and about how long failover waits
+	// for a primary that cannot be fenced.
+	LeaseDuration time.Duration
+	leases        *leaseClock
 }
 
 // +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
@@ -57,6 +63,8 @@ type DatabaseReconciler struct {
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 
 // phase is one ordered step of a reconcile.
 type phase struct {
@@ -105,6 +113,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Observe", r.observeStatefulSet, true},
 		// Before anything acts on status.currentPrimary.
 		{"PrimaryRecord", r.reconcilePrimaryRecord, true},
+		{"Lease", r.reconcileLease, true},
 		{"Failover", r.reconcileFailover, true},
 		// Before Switchover: it may ask for one, to restart the primary.
 		{"Rollout", r.reconcileRollout, false},

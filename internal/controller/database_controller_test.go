@@ -66,9 +66,13 @@ func newFakeReconciler(t *testing.T, writes *int, objs ...client.Object) (*Datab
 		// The fake client's server-side apply cannot merge a NetworkPolicy
 		// ("expected objects with types from the same schema"); the
 		// integration tests apply it against a real API server.
-		Values: ValueOptions{NoNetworkPolicy: true},
+		Values: ValueOptions{NoNetworkPolicy: true, OperatorImage: testOperatorImage},
 	}, c
 }
+
+// testOperatorImage is the operator image the unit tests render with (the
+// instance agent's).
+const testOperatorImage = "example.com/database-operator/manager:test"
 
 // TestReconcileWithFakeClient: a first reconcile creates the credentials,
 // the finalizer, every rendered object and a Pending status; a second one,

@@ -148,7 +148,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		return fmt.Errorf("primary %s failed and %w (unreachable: %v)", primary, err, unreachable)
 	}
 
-	r.event(db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", primary, best.pod.Name, why)
+	fenced := false
 	if primaryPod != nil {
 		// Fence what may still run of the old primary, so it takes no write
 		// once another is promoted. Unreachable is the usual case.
@@ -156,8 +156,22 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 			if err := inst.Fence(ctx); err != nil {
 				return fmt.Errorf("fencing old primary %s before promotion: %w", primary, err)
 			}
+			fenced = true
 		}
 	}
+	// An old primary that could not be fenced may still take writes until
+	// its agent, unable to renew the Lease, stops it: the Lease moves only
+	// once it has expired.
+	left, err := r.takeLease(ctx, db, best.pod.Name, fenced)
+	if err != nil {
+		return err
+	}
+	if left > 0 {
+		logger.Info("waiting for the primary Lease of the unreachable primary to expire before promoting", "primary", primary, "candidate", best.pod.Name, "left", left)
+		obs.requeueWithin(left)
+		return nil
+	}
+	r.event(db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", primary, best.pod.Name, why)
 	if err := r.recordPrimary(ctx, db, best.pod.Name); err != nil {
 		return fmt.Errorf("recording %s as the primary before promoting it: %w", best.pod.Name, err)
 	}

@@ -140,8 +140,14 @@ func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, ol
 	if err := waitReached(ctx, next, final.Applied); err != nil {
 		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err))
 	}
+	// The old primary is fenced: the Lease moves at once. From here on the
+	// switchover only rolls forward (the old primary's agent no longer
+	// holds the Lease).
+	if _, err := r.takeLease(ctx, db, target, true); err != nil {
+		return r.abandonSwitchover(ctx, db, old, err)
+	}
 	if err := r.recordPrimary(ctx, db, target); err != nil {
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("recording %s as the primary: %w", target, err))
+		return r.failedPromotion(ctx, db, old, next, current, target, fmt.Errorf("recording it as the primary: %w", err))
 	}
 	if err := next.Promote(ctx); err != nil {
 		return r.failedPromotion(ctx, db, old, next, current, target, err)
@@ -171,6 +177,11 @@ func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Datab
 	cause = fmt.Errorf("promoting %s: %w", target, cause)
 	st, err := next.Status(ctx)
 	if err == nil && st.Role == engine.RoleReplica && st.ReadOnly {
+		// The Lease goes back first: the old primary takes writes again
+		// only as its holder.
+		if _, err := r.takeLease(ctx, db, current, true); err != nil {
+			return fmt.Errorf("switchover: %w; handing the primary Lease back to %s failed too, so it stays fenced: %v", cause, current, err)
+		}
 		if err := r.recordPrimary(ctx, db, current); err != nil {
 			return fmt.Errorf("switchover: %w; naming %s the primary again failed too, so it stays fenced: %v", cause, current, err)
 		}

@@ -66,7 +66,8 @@ type ValueOptions struct {
 	// spec.image still wins. Unlisted versions use the chart's images.
 	Images map[string]string
 	// OperatorImage is the operator's own image (RELATED_IMAGE_MANAGER):
-	// backup and restore Jobs take the manager binary from it.
+	// the instance agent in every database pod and the backup and restore
+	// Jobs are its manager binary.
 	OperatorImage string
 }
 
@@ -120,6 +121,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"replicationSecret": replicationSecretName(db),
 		"operatorNamespace": opts.OperatorNamespace,
 		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
+		"agentImage":        opts.OperatorImage,
 	}
 }
 

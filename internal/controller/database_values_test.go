@@ -34,7 +34,7 @@ func TestChartValues(t *testing.T) {
 			"engine": engine, "version": version, "image": "", "replicas": int64(1),
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
 			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication", "operatorNamespace": "",
-			"networkPolicy": map[string]any{"enabled": true},
+			"networkPolicy": map[string]any{"enabled": true}, "agentImage": "",
 		}
 	}
 	tests := []struct {
@@ -52,9 +52,10 @@ func TestChartValues(t *testing.T) {
 				db.Spec.Version, db.Spec.Image, db.Spec.Replicas = "10.11", "mirror/mariadb:10.11.9", 3
 				db.Spec.Storage.StorageClassName = ptr.To("fast")
 			}),
-			opts: ValueOptions{OperatorNamespace: "operators"},
+			opts: ValueOptions{OperatorNamespace: "operators", OperatorImage: "example.com/op:v1"},
 			want: func(m map[string]any) {
 				m["version"], m["image"], m["replicas"], m["operatorNamespace"] = "10.11", "mirror/mariadb:10.11.9", int64(3), "operators"
+				m["agentImage"] = "example.com/op:v1"
 				m["storage"] = map[string]any{"size": "10Gi", "storageClassName": "fast"}
 			},
 		},

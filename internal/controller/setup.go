@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -79,6 +80,9 @@ type Options struct {
 	// DatabaseWorkers is how many Databases are reconciled at once
 	// (default DefaultDatabaseWorkers).
 	DatabaseWorkers int
+	// PrimaryLeaseDuration is the primary Leases' duration (default
+	// agent.DefaultLeaseDuration).
+	PrimaryLeaseDuration time.Duration
 }
 
 // DefaultDatabaseWorkers: above one, so that one Database whose server
@@ -111,6 +115,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Values:    opts.Values,
 		Instances: &InstanceConnector{Client: mgr.GetClient(), Resolve: opts.Resolve},
 		Positions: &PrimaryPositions{},
+
+		LeaseDuration: opts.PrimaryLeaseDuration,
+		leases:        &leaseClock{},
 
 		BackupMetrics: backupMetrics,
 	}

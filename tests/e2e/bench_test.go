@@ -17,20 +17,49 @@ import (
 // restarted) to the first write that succeeds through the read-write
 // Service's DNS name. Detection is the cluster's own: the node reports the
 // pod's containers terminated, the operator sees the pod unready and its
-// server gone. spec.failover.delaySeconds is 0, so the figure is detection
-// plus the operator's work. It reports p50 and p95 over the iterations:
-// run it with `make bench-failover` (-benchtime=Nx).
+// server gone. spec.failover.delaySeconds is 0, so the figure is detection,
+// the wait for the dead primary's Lease to expire (it cannot be fenced)
+// and the operator's work. It reports p50 and p95 over the iterations: run
+// it with `make bench-failover` (-benchtime=Nx).
 func BenchmarkFailover(b *testing.B) {
+	benchFault(b, "failover to first write", func(b *testing.B, d dialect, ns, pod string) {
+		if err := node.Down(ns, pod); err != nil {
+			b.Fatal(err)
+		}
+	}, true)
+}
+
+// BenchmarkHungServer measures detection by the pod's own agent: the
+// primary's server hangs (SIGSTOP), its agent stops renewing the Lease,
+// kills the server once its Lease time is up and starts it again, still
+// the Lease's holder; the figure is the time to the first write through
+// -rw, on the same primary.
+func BenchmarkHungServer(b *testing.B) {
+	benchFault(b, "hung server to first write", func(b *testing.B, d dialect, ns, pod string) {
+		pid := map[dbv1.Engine]string{
+			dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
+			dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
+		}[d.engine]
+		if out, err := node.Exec(ns, pod, "database", []string{"sh", "-c", "kill -STOP " + pid}); err != nil {
+			b.Fatalf("kill -STOP the server of %s: %v: %s", pod, err, out)
+		}
+	}, false)
+}
+
+// benchFault runs fault on a three-instance Database's primary b.N times
+// per engine and reports p50 and p95 of the time to the first write
+// through -rw (on another primary when moved, on the same when not).
+func benchFault(b *testing.B, what string, fault func(b *testing.B, d dialect, ns, pod string), moved bool) {
 	for _, d := range dialects {
 		b.Run(d.name(), func(b *testing.B) {
 			var times []time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				times = append(times, failoverOnce(b, d))
+				times = append(times, faultOnce(b, d, fault, moved))
 				b.StartTimer()
 			}
 			slices.Sort(times)
-			b.Logf("%s failover to first write, sorted: %v", d.name(), times)
+			b.Logf("%s %s, sorted: %v", d.name(), what, times)
 			pct := func(p float64) float64 {
 				return float64(times[min(len(times)-1, int(p*float64(len(times))))].Milliseconds())
 			}
@@ -41,17 +70,15 @@ func BenchmarkFailover(b *testing.B) {
 	}
 }
 
-// failoverOnce builds a three-instance Database, takes its primary's pod
-// Down and returns how long until a write through -rw succeeds.
-func failoverOnce(b *testing.B, d dialect) time.Duration {
+// faultOnce builds a three-instance Database, applies fault to its
+// primary and returns how long until a write through -rw succeeds.
+func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, pod string), moved bool) time.Duration {
 	db, open := haDatabase(b, d, "bench", 3, func(db *dbv1.Database) { *db.Spec.Failover.DelaySeconds = 0 })
 	defer func() { _ = k8s.Delete(context.Background(), db) }()
 	old := db.Name + "-0"
 	r := clusterResolver()
 	start := time.Now()
-	if err := node.Down(db.Namespace, old); err != nil {
-		b.Fatal(err)
-	}
+	fault(b, d, db.Namespace, old)
 	// A new id per attempt: a write whose answer was lost may have been
 	// committed, and retrying its id would fail for ever as a duplicate.
 	var last error
@@ -68,7 +95,7 @@ func failoverOnce(b *testing.B, d dialect) time.Duration {
 			c := open(addrs[0])
 			err := execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'after')", id))
 			_ = c.Close()
-			if err == nil && podRole(db.Namespace, old) != "primary" {
+			if err == nil && (podRole(db.Namespace, old) != "primary") == moved {
 				return time.Since(start)
 			}
 			last = err

@@ -83,19 +83,6 @@ func (d dialect) open(t testing.TB, host, user, password, database string) *sql.
 	return c
 }
 
-// signal sends sig to the server of pod (its main process, found through
-// its pid file): STOP hangs it as a stalled machine or disk would.
-func (d dialect) signal(t testing.TB, ns, pod, sig string) {
-	t.Helper()
-	pid := map[dbv1.Engine]string{
-		dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
-		dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
-	}[d.engine]
-	if out, err := node.Exec(ns, pod, "database", []string{"sh", "-c", "kill -" + sig + " " + pid}); err != nil {
-		t.Fatalf("kill -%s the server of %s: %v: %s", sig, pod, err, out)
-	}
-}
-
 // superuser is a client for host as the operator's superuser, for what
 // only it may do (stop a replica's replication).
 func (d dialect) superuser(t testing.TB, db *dbv1.Database, host string) *sql.DB {
@@ -489,13 +476,15 @@ func rotateAppPassword(t testing.TB, d dialect, db *dbv1.Database, replica strin
 	wantEvents(t, db, "AppPasswordRotated")
 }
 
-// TestFormerPrimaryReturnsWritable: the primary's server hangs (SIGSTOP: a
-// paused machine, a stalled disk); a replica is promoted and takes writes;
-// then the old server resumes as it was, writable. The operator fences it
-// at once and restarts its pod, whose start script rewinds it onto the new
-// primary (PostgreSQL) or, when it holds a write the new primary never
-// had, sets its data aside and clones the new primary (MariaDB: the write
-// is taken with replication stopped, so it diverges for sure). No
+// TestFormerPrimaryReturnsWritable: the primary's pod stalls, agent and
+// server (SIGSTOP: a paused machine); its primary Lease runs out, a replica
+// is promoted and takes writes; then the old pod resumes as it was,
+// writable. Its agent stops the server at once and starts it again fenced;
+// the operator records what it holds and restarts its pod, whose start
+// script rewinds it onto the new primary (PostgreSQL) or, when it holds a
+// write the new primary never had, sets its data aside and clones the new
+// primary (MariaDB: the write is taken with replication stopped, so it
+// diverges for sure). No
 // acknowledged write that reached the new primary is lost, the diverged
 // data is kept on the volume, and Events say what happened.
 func TestFormerPrimaryReturnsWritable(t *testing.T) {
@@ -530,12 +519,16 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				})
 				insert(t, primary, 11, 11, "errant")
 			}
-			signal := func(sig string) { d.signal(t, ns, old, sig) }
 			oldPod, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			signal("STOP")
+			// The whole pod stalls, agent and server alike (a frozen
+			// machine): its Lease runs out and the replica is promoted.
+			if err := node.Freeze(ns, old); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = node.Thaw(ns, old) })
 			hung := time.Now()
 			if d.engine == dbv1.EngineMariaDB {
 				// The replica reconnects, as a live one would, only once
@@ -547,9 +540,12 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				}
 			}
 			waitFailover(t, db, old, 2*time.Minute)
-			// Back before its liveness probe restarts it: writable, sure it
-			// is the primary.
-			signal("CONT")
+			// Back, writable and sure it is the primary: its agent, whose
+			// Lease ran out, stops the server at once and starts it again
+			// fenced, as it was, for the operator to record what it holds.
+			if err := node.Thaw(ns, old); err != nil {
+				t.Fatal(err)
+			}
 			t.Logf("promoted %s after the hang", time.Since(hung).Round(time.Second))
 			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 12, 12, "after failover")
 
@@ -587,7 +583,7 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				if len(aside) != 1 {
 					t.Errorf("diverged data set aside on %s: %v, want one directory", claim, aside)
 				}
-				wantEvents(t, db, "FormerPrimaryFenced", "InstanceDiverged", "InstanceRestarted")
+				wantEvents(t, db, "InstanceDiverged", "InstanceRestarted")
 			} else {
 				if len(aside) != 0 {
 					t.Errorf("data set aside on the former primary (a rewind was enough): %v", aside)
@@ -599,20 +595,20 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				if wal, _ := filepath.Glob(filepath.Join(claim, "diverged-wal-*", "0000*")); len(wal) == 0 {
 					t.Errorf("the diverged WAL was not kept aside on %s:\n%s", claim, tail(string(log), 3000))
 				}
-				wantEvents(t, db, "FormerPrimaryFenced", "DivergedWritesSetAside", "InstanceRestarted")
+				wantEvents(t, db, "DivergedWritesSetAside", "InstanceRestarted")
 			}
 		})
 	}
 }
 
-// TestOperatorKilledAfterPromotion: the primary hangs; the operator
+// TestOperatorKilledAfterPromotion: the primary's pod stalls; the operator
 // promotes the replica and is killed at its next write (the old primary's
 // role label never reaches the API server), so the topology names the
 // promoted server while status still names the old one. The promoted
-// server takes writes; the old one resumes, writable, sure it is the
-// primary. A new operator must keep the promoted server, which the writes
-// went to, and fence the old one, never the reverse; every write the
-// promoted server acknowledged is kept.
+// server takes writes; the old one resumes, sure it is the primary, and
+// its agent stops it before it takes a write. A new operator must keep
+// the promoted server, which the writes went to, never the old one; every
+// write the promoted server acknowledged is kept.
 func TestOperatorKilledAfterPromotion(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
@@ -629,16 +625,25 @@ func TestOperatorKilledAfterPromotion(t *testing.T) {
 					t.Errorf("restarting the operator: %v", err)
 				}
 			})
-			d.signal(t, ns, old, "STOP")
+			if err := node.Freeze(ns, old); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = node.Thaw(ns, old) })
 			select {
 			case <-killed:
 			case <-time.After(2 * time.Minute):
-				d.signal(t, ns, old, "CONT")
 				t.Fatal("no write after a promotion within 2 minutes: the operator did not fail over")
 			}
 			insert(t, replica, 11, 20, "on the promoted server")
-			d.signal(t, ns, old, "CONT")
-			eventually(t, 30*time.Second, "the old primary takes writes again", func() string { return d.state(primary, 10, false) })
+			if err := node.Thaw(ns, old); err != nil {
+				t.Fatal(err)
+			}
+			// Its agent, whose Lease ran out, stops it before it takes a
+			// write (it took them here before the agent: two primaries).
+			time.Sleep(2 * time.Second)
+			if err := execTimeout(primary, "INSERT INTO orders VALUES (1000, 'second primary')"); err == nil {
+				t.Error("the old primary took a write after the promotion: two writable primaries")
+			}
 
 			if err := op.restart(); err != nil {
 				t.Fatal(err)
@@ -664,7 +669,7 @@ func TestOperatorKilledAfterPromotion(t *testing.T) {
 			eventually(t, 2*time.Minute, "the old primary a read-only replica of the promoted one", func() string {
 				return atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, 21, true) })
 			})
-			wantEvents(t, db, "PrimaryRecordRepaired", "FormerPrimaryFenced")
+			wantEvents(t, db, "PrimaryRecordRepaired")
 		})
 	}
 }

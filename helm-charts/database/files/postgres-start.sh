@@ -162,8 +162,21 @@ rewind_keeping_diverged() {
 }
 
 # A standby has standby.signal; a former primary has not, and may hold WAL
-# the new primary never got.
-rejoin() { [ -f "$PGDATA/standby.signal" ] || rewind; }
+# the new primary never got. A former primary its agent stopped (it could
+# no longer prove it held the primary Lease: AGENT_FENCED=1) starts as it
+# was, fenced: the operator records what a rewind would discard (an Event
+# with the WAL range) before it restarts the pod, and the rewind happens at
+# that start.
+fenced=""
+rejoin() {
+	[ ! -f "$PGDATA/standby.signal" ] || return 0
+	if [ "${AGENT_FENCED:-}" = 1 ]; then
+		log "former primary stopped by its agent: starting it fenced (read-only, superuser logins only) until the operator has it rewound"
+		fenced=1
+		return
+	fi
+	rewind
+}
 
 # The configuration file the server is started with (-c config_file=...).
 config_file=""
@@ -180,6 +193,16 @@ if [ -n "$config_file" ] && [ -f "$(dirname "$config_file")/pg_hba.conf" ]; then
 	cp "$(dirname "$config_file")/pg_hba.conf" "$volume/pg_hba.conf.new"
 	chmod 0600 "$volume/pg_hba.conf.new"
 	mv "$volume/pg_hba.conf.new" "$volume/pg_hba.conf"
+fi
+
+if [ -n "$fenced" ]; then
+	# Only the superuser (the operator) logs in; new transactions default
+	# to read-only.
+	su="\"$(printf '%s' "$POSTGRES_USER" | sed 's/"/""/g')\""
+	printf 'local all %s trust\nhost all %s all scram-sha-256\nlocal all all reject\nhost all all all reject\n' "$su" "$su" >"$volume/pg_hba.conf.new"
+	chmod 0600 "$volume/pg_hba.conf.new"
+	mv "$volume/pg_hba.conf.new" "$volume/pg_hba.conf"
+	set -- "$@" -c default_transaction_read_only=on
 fi
 
 exec postgres -D "$PGDATA" "$@"

@@ -16,7 +16,9 @@ log() { echo "$log_name: $*" >&2; }
 # topology_key prints a key's value, or nothing when it is not set.
 topology_key() { cat "$topology/$1" 2>/dev/null || true; }
 
-primary="$(topology_key primary)"
+# The instance agent passes the primary Lease's holder, fresher than the
+# mounted ConfigMap (which the kubelet refreshes late).
+primary="${AGENT_PRIMARY:-$(topology_key primary)}"
 # Before the operator writes its topology, instance 0 is the first primary.
 [ -n "$primary" ] || primary="${POD_NAME%-*}-0"
 host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"

@@ -1,0 +1,532 @@
+// Package agent is the instance agent: the database container's entrypoint
+// in every database pod (the manager binary's "agent" subcommand). It
+// supervises the start script and its server, holds the Database's primary
+// Lease while its server is the primary, and stops the server hard when it
+// can no longer prove it holds that Lease, so that a primary cut off from
+// the control plane stops taking writes before the operator may promote
+// another server. It serves the pod's probes on the pod's loopback.
+//
+// Why the entrypoint and not a sidecar: the agent decides, before the server
+// starts, whether it may start as a writable primary (a server never starts
+// writable unless its agent holds the Lease), and it can stop a server that
+// hangs (SIGSTOP, a stalled disk) where SQL no longer answers. A sidecar can
+// do neither without sharing the process namespace.
+//
+// The rule, on the agent's monotonic clock: the server may take writes only
+// until leaseDuration minus a margin has passed since the start of the
+// agent's last successful renewal. The operator treats the Lease as expired
+// only after leaseDuration plus the margin on its own monotonic clock since
+// it last saw the Lease change, and hands the Lease to a new primary before
+// promoting it (see internal/controller/database_lease.go).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// Timings derive from the Lease's own duration, which the operator sets:
+// renew every third of it, and keep a fifth of it as the margin for clock
+// rates and scheduling (15 s: renew every 5 s, demote 12 s after the last
+// renewal began, the operator waits 18 s).
+func renewInterval(d time.Duration) time.Duration { return d / 3 }
+
+// Margin is the safety margin both sides apply to a Lease of duration d.
+func Margin(d time.Duration) time.Duration { return d / 5 }
+
+// DefaultLeaseDuration is the primary Lease's duration unless the operator
+// sets another.
+const DefaultLeaseDuration = 15 * time.Second
+
+// MembersAnnotation, on the primary Lease, is the Database's instance
+// count, kept by the operator.
+const MembersAnnotation = "database.example.com/members"
+
+// startupWindow is how long a starting server (initdb, crash recovery) may
+// take before its first answer while its agent still renews the Lease.
+const startupWindow = 10 * time.Minute
+
+// hungAfter is how long a server that answered may stop answering before
+// liveness fails (the former probe's six failures ten seconds apart).
+const hungAfter = time.Minute
+
+// Config is what the agent needs; Command reads it from the environment the
+// chart sets.
+type Config struct {
+	Namespace, Pod string
+	// LeaseName is the Database's primary Lease (<name>-primary).
+	LeaseName string
+	Leases    coordinationclient.LeaseInterface
+	Engine    dbv1.Engine
+	// Server is the local server, Superuser the account the agent checks it with.
+	Server    engine.Endpoint
+	Superuser engine.Credentials
+	// TopologyDir is the operator's topology ConfigMap, mounted: which pod
+	// is primary when the Lease cannot be read.
+	TopologyDir string
+	// Listen is the probes' address (the pod's loopback).
+	Listen string
+	// Command is the start script and its arguments.
+	Command []string
+	Log     logr.Logger
+	// Check, when set, asks the local server for its status instead of
+	// connecting to Server (unit tests).
+	Check func(context.Context) (engine.Status, error)
+}
+
+// Agent is one running agent.
+type Agent struct {
+	cfg Config
+
+	mu sync.Mutex
+	// Lease, as last read.
+	holder   string
+	duration time.Duration
+	alone    bool
+	// validUntil is when this agent's server must stop taking writes: the
+	// start of its last successful renewal plus duration minus the margin.
+	// Zero when it holds no Lease.
+	validUntil time.Time
+	// The local server, as last checked.
+	answered, childStarted time.Time
+	everAnswered           bool
+	writable               bool
+	running                bool
+	child                  *exec.Cmd
+	demoted                bool
+}
+
+// New makes an agent.
+func New(cfg Config) *Agent { return &Agent{cfg: cfg, duration: DefaultLeaseDuration} }
+
+// Run supervises the server until ctx ends (the pod stops: the server gets
+// the same signal) or the server exits on its own (the agent returns its
+// error, and the kubelet restarts the container). A server the agent
+// stopped for want of the Lease is started again, as what the Lease then
+// says, once the agent may.
+func (a *Agent) Run(ctx context.Context) error {
+	srv := &http.Server{Addr: a.cfg.Listen, Handler: a.probes(), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("probes on %s: %w", a.cfg.Listen, err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	loops, stop := context.WithCancel(ctx)
+	defer stop()
+	go a.leaseLoop(loops)
+	go a.checkLoop(loops)
+	go a.guardLoop(loops)
+
+	fenced := false
+	for {
+		primary, err := a.startAs(ctx)
+		if err != nil {
+			return err
+		}
+		err = a.runServer(ctx, primary, fenced)
+		a.mu.Lock()
+		demoted := a.demoted
+		a.demoted = false
+		a.mu.Unlock()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case demoted:
+			// It may hold writes the new primary lacks: it starts fenced,
+			// and the operator records them before anything discards them.
+			a.cfg.Log.Info("the server was stopped for want of the primary Lease; starting it again, fenced, as the Lease says")
+			fenced = true
+		default:
+			return fmt.Errorf("the server exited: %w", err)
+		}
+	}
+}
+
+// startAs blocks until the server may start and says as what: the Lease's
+// holder when it can be read (this pod only once it renewed the Lease), ""
+// to let the start script follow the mounted topology (the Lease cannot be
+// read and the topology names another pod). A pod the topology names as
+// primary never starts without the Lease.
+func (a *Agent) startAs(ctx context.Context) (string, error) {
+	waiting := false
+	for {
+		l, err := a.getLease(ctx)
+		switch {
+		case err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == a.cfg.Pod:
+			if a.renew(ctx, l, time.Now(), true) {
+				return a.cfg.Pod, nil
+			}
+		case err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "":
+			return *l.Spec.HolderIdentity, nil
+		case a.topologyPrimary() != a.cfg.Pod:
+			return "", nil
+		}
+		if !waiting {
+			a.cfg.Log.Info("waiting for the primary Lease before starting the server", "lease", a.cfg.LeaseName, "error", errString(err))
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// topologyPrimary is the mounted topology's primary; instance 0 before the
+// operator wrote one (as the start scripts read it).
+func (a *Agent) topologyPrimary() string {
+	if b, err := os.ReadFile(filepath.Join(a.cfg.TopologyDir, "primary")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	i := strings.LastIndex(a.cfg.Pod, "-")
+	if i < 0 {
+		return ""
+	}
+	return a.cfg.Pod[:i] + "-0"
+}
+
+// runServer runs the start script (which execs the server) until it ends,
+// passing on the signal that stops the pod.
+func (a *Agent) runServer(ctx context.Context, primary string, fenced bool) error {
+	cmd := exec.Command(a.cfg.Command[0], a.cfg.Command[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	cmd.Env = os.Environ()
+	if primary != "" {
+		cmd.Env = append(cmd.Env, "AGENT_PRIMARY="+primary)
+	}
+	if fenced && primary != a.cfg.Pod {
+		cmd.Env = append(cmd.Env, "AGENT_FENCED=1")
+	}
+	// A group of its own: a demotion stops the script and everything it
+	// started. And the server dies with the agent: with the container's
+	// process namespace where there is one, through Pdeathsig where there
+	// is not; a server whose agent is gone would take writes unguarded.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	a.cfg.Log.Info("server started", "pid", cmd.Process.Pid, "primary", primary)
+	a.mu.Lock()
+	a.child, a.running, a.childStarted, a.everAnswered = cmd, true, time.Now(), false
+	a.mu.Unlock()
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// The pod is stopping: the server shuts down as it would have as
+		// the container's own process.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		err = <-done
+	}
+	a.mu.Lock()
+	a.running, a.child, a.writable = false, nil, false
+	a.mu.Unlock()
+	return err
+}
+
+func (a *Agent) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	l, err := a.cfg.Leases.Get(ctx, a.cfg.LeaseName, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	a.holder = ""
+	if l.Spec.HolderIdentity != nil {
+		a.holder = *l.Spec.HolderIdentity
+	}
+	// A single instance keeps writing while the API server is
+	// unreachable: nobody could be promoted in its place.
+	a.alone = l.Annotations[MembersAnnotation] == "1"
+	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		a.duration = time.Duration(*s) * time.Second
+	}
+	if a.holder != a.cfg.Pod {
+		a.validUntil = time.Time{}
+	}
+	a.mu.Unlock()
+	return l, nil
+}
+
+// renew writes a new renewTime on a Lease this pod holds (a conflict means
+// the Lease changed hands or was renewed elsewhere: no renewal). Only a
+// successful write extends validUntil, from start: the moment before the
+// read that led to it.
+func (a *Agent) renew(ctx context.Context, l *coordinationv1.Lease, start time.Time, starting bool) bool {
+	if !starting && !a.serverHealthy() {
+		a.cfg.Log.Info("not renewing the primary Lease: the server does not answer")
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	l = l.DeepCopy()
+	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := a.cfg.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		a.cfg.Log.Info("renewing the primary Lease failed", "error", err.Error())
+		return false
+	}
+	a.mu.Lock()
+	if a.validUntil.IsZero() {
+		a.cfg.Log.Info("holding the primary Lease", "lease", a.cfg.LeaseName, "duration", a.duration)
+	}
+	a.validUntil = start.Add(a.duration - Margin(a.duration))
+	a.mu.Unlock()
+	return true
+}
+
+// serverHealthy: the server answered lately, or it is starting and has
+// not answered yet (within the startup window).
+func (a *Agent) serverHealthy() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if !a.running {
+		return false
+	}
+	if !a.everAnswered {
+		return now.Sub(a.childStarted) < startupWindow
+	}
+	return now.Sub(a.answered) < 2*renewInterval(a.duration)
+}
+
+// leaseLoop reads the Lease every renew interval and renews it while this
+// pod holds it and its server answers. A single instance keeps its
+// validity while the API server is unreachable.
+func (a *Agent) leaseLoop(ctx context.Context) {
+	for {
+		start := time.Now()
+		l, err := a.getLease(ctx)
+		switch {
+		case err == nil && a.holds():
+			a.renew(ctx, l, start, false)
+		case err != nil && !apierrors.IsNotFound(err) && a.isAlone() && a.holds() && a.serverHealthy():
+			a.mu.Lock()
+			a.validUntil = start.Add(a.duration - Margin(a.duration))
+			a.mu.Unlock()
+		}
+		a.mu.Lock()
+		every := renewInterval(a.duration)
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(every))):
+		}
+	}
+}
+
+func (a *Agent) isAlone() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.alone
+}
+
+func (a *Agent) holds() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.holder == a.cfg.Pod
+}
+
+// checkLoop asks the local server, every half second, whether it answers
+// and takes writes.
+func (a *Agent) checkLoop(ctx context.Context) {
+	check := a.cfg.Check
+	if check == nil {
+		c := &localServer{cfg: a.cfg}
+		defer c.close()
+		check = c.status
+	}
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		running := a.running
+		a.mu.Unlock()
+		if running {
+			st, err := check(ctx)
+			a.mu.Lock()
+			if err == nil {
+				a.answered, a.everAnswered = time.Now(), true
+				a.writable = st.Role == engine.RolePrimary && !st.ReadOnly
+			}
+			a.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(checkInterval):
+		}
+	}
+}
+
+const checkInterval = 500 * time.Millisecond
+
+// localServer is one connection to the local server, opened again after
+// any failed call (a call that timed out leaves it unusable).
+type localServer struct {
+	cfg  Config
+	inst engine.Instance
+}
+
+func (l *localServer) status(ctx context.Context) (engine.Status, error) {
+	if l.inst == nil {
+		inst, err := engine.Open(ctx, l.cfg.Engine, l.cfg.Server, l.cfg.Superuser,
+			engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second})
+		if err != nil {
+			return engine.Status{}, err
+		}
+		l.inst = inst
+	}
+	st, err := l.inst.Status(ctx)
+	if err != nil {
+		l.close()
+	}
+	return st, err
+}
+
+func (l *localServer) close() {
+	if l.inst != nil {
+		_ = l.inst.Close()
+		l.inst = nil
+	}
+}
+
+// guardLoop enforces the rule: a server that takes writes, or last did and
+// no longer answers, past validUntil is stopped, unless a renewal made
+// right then succeeds (a replica just promoted after the operator handed
+// it the Lease renews before its first check).
+func (a *Agent) guardLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		a.mu.Lock()
+		expired := a.running && a.writable && time.Now().After(a.validUntil)
+		a.mu.Unlock()
+		if !expired {
+			continue
+		}
+		start := time.Now()
+		if l, err := a.getLease(ctx); err == nil && a.holds() && a.renew(ctx, l, start, false) {
+			continue
+		}
+		a.demote()
+	}
+}
+
+// demote stops the server at once (SIGKILL to its process group): it may
+// no longer take writes, and a hung server answers no fence. Crash
+// recovery at the next start loses nothing it acknowledged.
+func (a *Agent) demote() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.running || a.child == nil || a.demoted {
+		return
+	}
+	a.cfg.Log.Error(errors.New("primary Lease not held"), "stopping the server: it may take writes and this agent cannot prove it holds the primary Lease",
+		"lease", a.cfg.LeaseName, "holder", a.holder, "validUntil", a.validUntil.Format(time.RFC3339Nano))
+	a.demoted = true
+	_ = syscall.Kill(-a.child.Process.Pid, syscall.SIGKILL)
+}
+
+// probes serves /livez (the agent runs) and /readyz (the server answers
+// and, if it takes writes, holds the Lease).
+func (a *Agent) probes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		if why := a.notLive(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if why := a.notReady(); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// notLive: a server that answered once and then not for a minute is
+// hung; the kubelet restarts the container. A busy server that answers
+// slowly is never restarted for it.
+func (a *Agent) notLive() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running && a.everAnswered && time.Since(a.answered) > hungAfter {
+		return fmt.Sprintf("the server has not answered for %s", time.Since(a.answered).Round(time.Second))
+	}
+	return ""
+}
+
+func (a *Agent) notReady() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	switch {
+	case !a.running:
+		return "the server is not running"
+	case !a.everAnswered || now.Sub(a.answered) > 3*time.Second:
+		return "the server does not answer"
+	case a.writable && now.After(a.validUntil):
+		return "the server takes writes without the primary Lease"
+	}
+	return ""
+}
+
+// Probe asks a running agent's probe endpoint (the exec probes run it
+// inside the pod).
+func Probe(ctx context.Context, listen, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+listen+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var b [512]byte
+		n, _ := resp.Body.Read(b[:])
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b[:n])))
+	}
+	return nil
+}

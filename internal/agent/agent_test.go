@@ -1,0 +1,265 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"example.com/database-operator/internal/engine"
+)
+
+// These tests run the agent with a fake API server and a stand-in server
+// process (sleep), its status scripted; a one-second Lease keeps them short
+// (renew every 333 ms, writes allowed until 800 ms after a renewal began).
+// The chart's agent against real servers and a real API server is proven
+// in tests/e2e (lease_test.go, ha_test.go).
+
+type harness struct {
+	t        *testing.T
+	agent    *Agent
+	cs       *fake.Clientset
+	apiDown  atomic.Bool // every Lease call fails, as in a partition
+	status   atomic.Value
+	answers  atomic.Bool
+	dir      string
+	runErr   chan error
+	cancel   context.CancelFunc
+	renewals atomic.Int32
+}
+
+func lease(holder string) *coordinationv1.Lease { return leaseFor(holder, 1) }
+
+func leaseFor(holder string, seconds int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-primary", Namespace: "ns"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](seconds)},
+	}
+}
+
+func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool) *harness {
+	t.Helper()
+	h := &harness{t: t, dir: t.TempDir(), runErr: make(chan error, 1)}
+	if l != nil {
+		h.cs = fake.NewClientset(l)
+	} else {
+		h.cs = fake.NewClientset()
+	}
+	h.cs.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if h.apiDown.Load() {
+			return true, nil, errors.New("the API server is unreachable")
+		}
+		if action.GetVerb() == "update" {
+			h.renewals.Add(1)
+		}
+		return false, nil, nil
+	})
+	h.setWritable(writable)
+	h.answers.Store(true)
+	cfg := Config{
+		Namespace: "ns", Pod: pod, LeaseName: "db-primary", Leases: h.cs.CoordinationV1().Leases("ns"),
+		TopologyDir: h.dir, Listen: "127.0.0.1:0",
+		Command: []string{"sh", "-c", `echo "$AGENT_PRIMARY${AGENT_FENCED:+ $AGENT_FENCED}" >>"$0"; exec sleep 600`, filepath.Join(h.dir, "starts")},
+		Log:     testr.New(t),
+		Check: func(ctx context.Context) (engine.Status, error) {
+			if !h.answers.Load() {
+				<-ctx.Done() // hung: never answers
+				return engine.Status{}, ctx.Err()
+			}
+			return h.status.Load().(engine.Status), nil
+		},
+	}
+	h.agent = New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.runErr <- h.agent.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-h.runErr:
+		case <-time.After(10 * time.Second):
+			t.Error("the agent did not stop")
+		}
+	})
+	return h
+}
+
+func (h *harness) setWritable(w bool) {
+	if w {
+		h.status.Store(engine.Status{Role: engine.RolePrimary})
+	} else {
+		h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true})
+	}
+}
+
+// pid is the running server's process id, 0 when none runs.
+func (h *harness) pid() int {
+	h.agent.mu.Lock()
+	defer h.agent.mu.Unlock()
+	if !h.agent.running || h.agent.child == nil {
+		return 0
+	}
+	return h.agent.child.Process.Pid
+}
+
+func (h *harness) starts() []string {
+	b, _ := os.ReadFile(filepath.Join(h.dir, "starts"))
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive: pid exists (signal 0 probes without signalling; the agent reaps
+// what it killed).
+func alive(pid int) bool { return pid != 0 && syscall.Kill(pid, 0) == nil }
+
+// TestHolderStopsItsServerWhenItCannotRenew: the server runs as long as
+// renewals succeed, and is stopped within the duration minus the margin
+// once the API server is gone; it starts again only once it is back.
+func TestHolderStopsItsServerWhenItCannotRenew(t *testing.T) {
+	h := start(t, "db-0", lease("db-0"), true)
+	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
+	pid := h.pid()
+	time.Sleep(3 * time.Second) // three Lease durations
+	if h.pid() != pid || !alive(pid) {
+		t.Fatalf("the server (pid %d) was stopped while its agent renewed the Lease (%d renewals)", pid, h.renewals.Load())
+	}
+	if h.renewals.Load() < 5 {
+		t.Errorf("%d renewals in 3 s of a 1 s Lease, want one every third of it", h.renewals.Load())
+	}
+	if got := h.starts(); len(got) != 1 || got[0] != "db-0" {
+		t.Errorf("the server started as %q, want AGENT_PRIMARY=db-0", got)
+	}
+	cut := time.Now()
+	h.apiDown.Store(true)
+	waitFor(t, "the server stopped", 3*time.Second, func() bool { return !alive(pid) })
+	// Last renewal began at most a renew interval before the cut; writes
+	// end 800 ms after it. Scheduling slack is allowed, not a whole duration.
+	if took := time.Since(cut); took > time.Second+200*time.Millisecond {
+		t.Errorf("the server ran %s after the API server went away, want at most the duration minus the margin", took)
+	}
+	time.Sleep(time.Second)
+	if h.pid() != 0 {
+		t.Errorf("a server started again while the Lease cannot be read (pid %d)", h.pid())
+	}
+	// The API server is back and the Lease still names this pod: it
+	// starts again, writable, after a renewal.
+	h.apiDown.Store(false)
+	waitFor(t, "the server started again", 5*time.Second, func() bool { return h.pid() != 0 })
+}
+
+// TestHungServerIsStoppedAndStartedAgain: a server that stops answering is
+// no longer renewed for, so it is stopped and (its agent still holding the
+// Lease) started again.
+func TestHungServerIsStoppedAndStartedAgain(t *testing.T) {
+	h := start(t, "db-0", lease("db-0"), true)
+	waitFor(t, "the server answering", 5*time.Second, func() bool { return h.agent.notReady() == "" })
+	pid := h.pid()
+	h.answers.Store(false)
+	waitFor(t, "the hung server stopped", 5*time.Second, func() bool { return !alive(pid) })
+	h.answers.Store(true)
+	waitFor(t, "the server started again", 5*time.Second, func() bool { return h.pid() != 0 && h.pid() != pid })
+}
+
+// TestNonHolderThatTakesWritesIsStopped: a server that takes writes while
+// another pod holds the Lease is stopped, and started again fenced.
+func TestNonHolderThatTakesWritesIsStopped(t *testing.T) {
+	h := start(t, "db-0", lease("db-1"), false)
+	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
+	pid := h.pid()
+	h.setWritable(true)
+	waitFor(t, "the second writable server stopped", 3*time.Second, func() bool { return !alive(pid) })
+	h.setWritable(false)
+	waitFor(t, "the server started again", 5*time.Second, func() bool { return len(h.starts()) == 2 })
+	if got := h.starts(); got[0] != "db-1" || got[1] != "db-1 1" {
+		t.Errorf("starts %q, want as a replica of db-1, then the same fenced (AGENT_FENCED=1)", got)
+	}
+}
+
+// TestPromotedReplicaKeepsRunning: the operator hands the Lease to a
+// replica and promotes it at once; its agent's check finds it writable
+// before its next renewal (a 3 s Lease: renewals a second apart) and
+// renews right then, never stopping it.
+func TestPromotedReplicaKeepsRunning(t *testing.T) {
+	h := start(t, "db-1", leaseFor("db-0", 3), false)
+	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
+	pid := h.pid()
+	l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptr.To("db-1")
+	if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.setWritable(true)
+	time.Sleep(3 * time.Second)
+	if h.pid() != pid || !alive(pid) {
+		t.Fatalf("the promoted server (pid %d) was stopped: %v", pid, h.starts())
+	}
+	if why := h.agent.notReady(); why != "" {
+		t.Errorf("the promoted server is not ready: %s", why)
+	}
+}
+
+// TestPrimaryWaitsForTheLease: the topology names this pod, and there is
+// no Lease yet: the server does not start until the Lease names it.
+func TestPrimaryWaitsForTheLease(t *testing.T) {
+	h := start(t, "db-0", nil, true)
+	time.Sleep(1500 * time.Millisecond)
+	if h.pid() != 0 {
+		t.Fatal("the primary's server started without the Lease")
+	}
+	if _, err := h.cs.CoordinationV1().Leases("ns").Create(context.Background(), lease("db-0"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
+}
+
+// TestReplicaStartsWithoutTheAPIServer: a pod the topology does not name
+// as primary starts (read-only, as its start script makes it) even when
+// the Lease cannot be read.
+func TestReplicaStartsWithoutTheAPIServer(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "primary"), []byte("db-1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset()
+	cs.PrependReactor("*", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the API server is unreachable")
+	})
+	a := New(Config{Namespace: "ns", Pod: "db-0", LeaseName: "db-primary", Leases: cs.CoordinationV1().Leases("ns"),
+		TopologyDir: dir, Listen: "127.0.0.1:0", Command: []string{"sh", "-c", "exec sleep 600"}, Log: testr.New(t),
+		Check: func(context.Context) (engine.Status, error) { return engine.Status{Role: engine.RoleReplica, ReadOnly: true}, nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the replica started", 5*time.Second, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.running
+	})
+}

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// DefaultListen is where the agent serves the probes: the pod's loopback
+// only (the exec probes run inside the pod).
+const DefaultListen = "127.0.0.1:8010"
+
+// Command runs "agent [flags] -- START-SCRIPT [ARGS...]" and
+// "agent probe /livez|/readyz". The rest comes from the environment the
+// chart sets: POD_NAME, POD_NAMESPACE, AGENT_LEASE, AGENT_ENGINE,
+// AGENT_PORT, TOPOLOGY_DIR and the superuser's credentials
+// (POSTGRES_USER/POSTGRES_PASSWORD, or root and ROOT_PASSWORD).
+func Command(ctx context.Context, args []string, logw io.Writer) error {
+	if len(args) > 0 && args[0] == "probe" {
+		if len(args) != 2 {
+			return fmt.Errorf("usage: agent probe /livez|/readyz")
+		}
+		return Probe(ctx, DefaultListen, args[1])
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	listen := fs.String("listen", DefaultListen, "address of the probe endpoints")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("usage: agent [flags] -- START-SCRIPT [ARGS...]")
+	}
+	env := func(k string) (string, error) {
+		if v := os.Getenv(k); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("%s is not set", k)
+	}
+	cfg := Config{Listen: *listen, Command: fs.Args(), TopologyDir: os.Getenv("TOPOLOGY_DIR")}
+	var err error
+	for k, dst := range map[string]*string{"POD_NAME": &cfg.Pod, "POD_NAMESPACE": &cfg.Namespace, "AGENT_LEASE": &cfg.LeaseName} {
+		if *dst, err = env(k); err != nil {
+			return err
+		}
+	}
+	e, err := env("AGENT_ENGINE")
+	if err != nil {
+		return err
+	}
+	cfg.Engine = dbv1.Engine(e)
+	port, err := strconv.Atoi(os.Getenv("AGENT_PORT"))
+	if err != nil {
+		return fmt.Errorf("AGENT_PORT: %w", err)
+	}
+	cfg.Server = engine.Endpoint{Host: "127.0.0.1", Port: port}
+	if cfg.Engine == dbv1.EnginePostgreSQL {
+		cfg.Superuser = engine.Credentials{User: os.Getenv("POSTGRES_USER"), Password: os.Getenv("POSTGRES_PASSWORD")}
+	} else {
+		cfg.Superuser = engine.Credentials{User: "root", Password: os.Getenv("ROOT_PASSWORD")}
+	}
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		return fmt.Errorf("the agent reaches the API server with the pod's service account: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	cfg.Leases = cs.CoordinationV1().Leases(cfg.Namespace)
+	cfg.Log = logger(logw).WithValues("pod", cfg.Pod)
+	return New(cfg).Run(ctx)
+}
+
+// logger writes one line of key-value pairs per entry, as the start scripts' lines sit beside it.
+func logger(w io.Writer) logr.Logger {
+	return funcr.New(func(prefix, args string) { fmt.Fprintln(w, "agent:", args) }, funcr.Options{LogTimestamp: true})
+}

@@ -1,0 +1,160 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
+)
+
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+
+// The primary Lease (<name>-primary) names the one server that may take
+// writes. The instance agent of the pod it names renews it while its server
+// answers, and stops that server when it cannot prove it still holds it
+// (internal/agent). The operator creates the Lease and moves it, never
+// renews it: to the new primary before promoting it, at once when the old
+// primary is fenced, otherwise only once the Lease has expired by the
+// operator's own clock.
+
+func leaseName(db *dbv1.Database) string { return db.Name + "-primary" }
+
+// leaseDuration is the primary Lease's duration (LeaseDuration, or the
+// agent's default).
+func (r *DatabaseReconciler) leaseDuration() time.Duration {
+	if r.LeaseDuration > 0 {
+		return r.LeaseDuration
+	}
+	return agent.DefaultLeaseDuration
+}
+
+// leaseClock remembers when the operator first saw each version of each
+// primary Lease, on its monotonic clock. A Lease has expired once its
+// duration plus the margin has passed since its current version was first
+// seen: the agent stopped taking writes at least two margins before.
+// After an operator restart every Lease is new to it, so it waits the
+// whole time again: safe, never shorter.
+type leaseClock struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]leaseSighting
+}
+
+type leaseSighting struct {
+	version string
+	at      time.Time
+}
+
+// firstSeen records l's version and returns when it was first seen.
+func (c *leaseClock) firstSeen(l *coordinationv1.Lease, now time.Time) time.Time {
+	if c == nil {
+		return now // a reconciler without a clock sees every Lease anew
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[types.NamespacedName]leaseSighting{}
+	}
+	key := types.NamespacedName{Namespace: l.Namespace, Name: l.Name}
+	s, ok := c.seen[key]
+	if !ok || s.version != l.ResourceVersion {
+		s = leaseSighting{version: l.ResourceVersion, at: now}
+		c.seen[key] = s
+	}
+	return s.at
+}
+
+func holderOf(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// reconcileLease makes the primary Lease exist, naming the recorded
+// primary, with the operator's duration and the instance count the agents
+// read (a single instance keeps writing while the API server is away). It
+// never moves the Lease: only failover and switchover do.
+func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	l := &coordinationv1.Lease{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l)
+	members := strconv.Itoa(int(max(db.Spec.Replicas, 1)))
+	seconds := int32(r.leaseDuration() / time.Second)
+	if apierrors.IsNotFound(err) {
+		now := metav1.NewMicroTime(r.now())
+		l = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: selectorLabels(db),
+				Annotations: map[string]string{agent.MembersAnnotation: members}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(primaryName(db, obs)), LeaseDurationSeconds: &seconds,
+				AcquireTime: &now, RenewTime: &now},
+		}
+		if err := controllerutil.SetControllerReference(db, l, r.Scheme); err != nil {
+			return err
+		}
+		if err := r.Create(ctx, l); err != nil {
+			return fmt.Errorf("creating the primary Lease: %w", err)
+		}
+		log.FromContext(ctx).Info("created the primary Lease", "holder", primaryName(db, obs))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the primary Lease: %w", err)
+	}
+	if l.Annotations[agent.MembersAnnotation] == members && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) == seconds {
+		return nil
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[agent.MembersAnnotation] = members
+	l.Spec.LeaseDurationSeconds = &seconds
+	if err := r.Update(ctx, l); err != nil {
+		return fmt.Errorf("updating the primary Lease: %w", err)
+	}
+	return nil
+}
+
+// takeLease hands the primary Lease to pod before it is promoted. It does
+// so at once when the Lease is free, already pod's, or its holder's server
+// was just fenced (fenced: it takes no writes, whatever its agent does);
+// otherwise only once the Lease has expired, and until then it returns how
+// long is left. The write is conditional on the version read: a holder
+// that renewed meanwhile keeps the Lease.
+func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, pod string, fenced bool) (time.Duration, error) {
+	l := &coordinationv1.Lease{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l); err != nil {
+		return 0, fmt.Errorf("reading the primary Lease: %w", err)
+	}
+	holder := holderOf(l)
+	if holder == pod {
+		return 0, nil
+	}
+	if holder != "" && !fenced {
+		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, int32(agent.DefaultLeaseDuration/time.Second))) * time.Second
+		now := time.Now()
+		if left := r.leases.firstSeen(l, now).Add(d + agent.Margin(d)).Sub(now); left > 0 {
+			return left, nil
+		}
+	}
+	now := metav1.NewMicroTime(r.now())
+	l.Spec.HolderIdentity = ptr.To(pod)
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	if err := r.Update(ctx, l); err != nil {
+		return 0, fmt.Errorf("handing the primary Lease from %q to %s: %w", holder, pod, err)
+	}
+	log.FromContext(ctx).Info("handed the primary Lease over", "from", holder, "to", pod, "holderFenced", fenced)
+	return 0, nil
+}
