@@ -252,7 +252,9 @@ func TestReplicaStartsWithoutTheAPIServer(t *testing.T) {
 	})
 	a := New(Config{Namespace: "ns", Pod: "db-0", LeaseName: "db-primary", Leases: cs.CoordinationV1().Leases("ns"),
 		TopologyDir: dir, Listen: "127.0.0.1:0", Command: []string{"sh", "-c", "exec sleep 600"}, Log: testr.New(t),
-		Check: func(context.Context) (engine.Status, error) { return engine.Status{Role: engine.RoleReplica, ReadOnly: true}, nil }})
+		Check: func(context.Context) (engine.Status, error) {
+			return engine.Status{Role: engine.RoleReplica, ReadOnly: true}, nil
+		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -96,7 +96,9 @@ func (w *podWorker) waitUp(ctx context.Context) {
 // those in process groups of their own included: a machine that stalls
 // (a hung hypervisor, a frozen cgroup), its agent and server alike. Thaw
 // resumes them.
-func (n *Node) Freeze(namespace, pod string) error { return n.signalAll(namespace, pod, syscall.SIGSTOP) }
+func (n *Node) Freeze(namespace, pod string) error {
+	return n.signalAll(namespace, pod, syscall.SIGSTOP)
+}
 
 // Thaw undoes Freeze.
 func (n *Node) Thaw(namespace, pod string) error { return n.signalAll(namespace, pod, syscall.SIGCONT) }
