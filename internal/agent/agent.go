@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,6 +86,11 @@ type Config struct {
 	TopologyDir string
 	// Listen is the probes' address (the pod's loopback).
 	Listen string
+	// PeerListen is the peer channel's address (empty: none, and no
+	// failsafe); PeerDomain the domain the members' names resolve in
+	// (<name>-headless.<namespace>.svc); PeerToken what the channel's
+	// callers present (PeerToken of the replication password).
+	PeerListen, PeerDomain, PeerToken string
 	// Command is the start script and its arguments.
 	Command []string
 	Log     logr.Logger
@@ -101,7 +107,12 @@ type Agent struct {
 	// Lease, as last read.
 	holder   string
 	duration time.Duration
-	alone    bool
+	members  int
+	// The failsafe: the primary this member last confirmed and until when
+	// (duration plus margin), and whether the operator is promoting it.
+	confirmedFor   string
+	confirmedUntil time.Time
+	refuseConfirm  bool
 	// validUntil is when this agent's server must stop taking writes: the
 	// start of its last successful renewal plus duration minus the margin.
 	// Zero when it holds no Lease.
@@ -131,6 +142,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
+	if a.cfg.PeerListen != "" {
+		peers := &http.Server{Addr: a.cfg.PeerListen, Handler: a.peerHandler(), ReadHeaderTimeout: 5 * time.Second}
+		pln, err := net.Listen("tcp", a.cfg.PeerListen)
+		if err != nil {
+			return fmt.Errorf("peer channel on %s: %w", a.cfg.PeerListen, err)
+		}
+		go func() { _ = peers.Serve(pln) }()
+		defer peers.Close()
+	}
 
 	loops, stop := context.WithCancel(ctx)
 	defer stop()
@@ -268,14 +288,17 @@ func (a *Agent) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	if l.Spec.HolderIdentity != nil {
 		a.holder = *l.Spec.HolderIdentity
 	}
-	// A single instance keeps writing while the API server is
-	// unreachable: nobody could be promoted in its place.
-	a.alone = l.Annotations[MembersAnnotation] == "1"
+	if n, err := strconv.Atoi(l.Annotations[MembersAnnotation]); err == nil {
+		a.members = n
+	}
 	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
 		a.duration = time.Duration(*s) * time.Second
 	}
 	if a.holder != a.cfg.Pod {
 		a.validUntil = time.Time{}
+		// The Lease is another's: confirm whoever holds it from now on
+		// (a promotion that was announced did not make this pod primary).
+		a.refuseConfirm = false
 	}
 	a.mu.Unlock()
 	return l, nil
@@ -332,7 +355,9 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 		switch {
 		case err == nil && a.holds():
 			a.renew(ctx, l, start, false)
-		case err != nil && !apierrors.IsNotFound(err) && a.isAlone() && a.holds() && a.serverHealthy():
+		case err != nil && !apierrors.IsNotFound(err) && a.holds() && a.serverHealthy() && (a.isAlone() || a.failsafe(ctx)):
+			// The API server is away: a single instance, or a primary every
+			// other member confirms, keeps taking writes for another period.
 			a.mu.Lock()
 			a.validUntil = start.Add(a.duration - Margin(a.duration))
 			a.mu.Unlock()
@@ -348,10 +373,12 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 	}
 }
 
+// isAlone: a Database of one instance keeps writing while the API server
+// is unreachable (nobody could be promoted in its place).
 func (a *Agent) isAlone() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.alone
+	return a.members == 1
 }
 
 func (a *Agent) holds() bool {

@@ -24,7 +24,8 @@ const DefaultListen = "127.0.0.1:8010"
 // Command runs "agent [flags] -- START-SCRIPT [ARGS...]" and
 // "agent probe /livez|/readyz". The rest comes from the environment the
 // chart sets: POD_NAME, POD_NAMESPACE, AGENT_LEASE, AGENT_ENGINE,
-// AGENT_PORT, TOPOLOGY_DIR and the superuser's credentials
+// AGENT_PORT, TOPOLOGY_DIR, PEER_DOMAIN, REPLICATION_PASSWORD (from which
+// the peer channel's token derives) and the superuser's credentials
 // (POSTGRES_USER/POSTGRES_PASSWORD, or root and ROOT_PASSWORD).
 func Command(ctx context.Context, args []string, logw io.Writer) error {
 	if len(args) > 0 && args[0] == "probe" {
@@ -47,7 +48,8 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		}
 		return "", fmt.Errorf("%s is not set", k)
 	}
-	cfg := Config{Listen: *listen, Command: fs.Args(), TopologyDir: os.Getenv("TOPOLOGY_DIR")}
+	cfg := Config{Listen: *listen, Command: fs.Args(), TopologyDir: os.Getenv("TOPOLOGY_DIR"),
+		PeerListen: fmt.Sprintf(":%d", PeerPort), PeerDomain: os.Getenv("PEER_DOMAIN")}
 	var err error
 	for k, dst := range map[string]*string{"POD_NAME": &cfg.Pod, "POD_NAMESPACE": &cfg.Namespace, "AGENT_LEASE": &cfg.LeaseName} {
 		if *dst, err = env(k); err != nil {
@@ -69,6 +71,11 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	} else {
 		cfg.Superuser = engine.Credentials{User: "root", Password: os.Getenv("ROOT_PASSWORD")}
 	}
+	repl, err := env("REPLICATION_PASSWORD")
+	if err != nil {
+		return err
+	}
+	cfg.PeerToken = PeerToken(repl)
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		return fmt.Errorf("the agent reaches the API server with the pod's service account: %w", err)

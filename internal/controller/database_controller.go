@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -51,6 +52,9 @@ type DatabaseReconciler struct {
 	// for a primary that cannot be fenced.
 	LeaseDuration time.Duration
 	leases        *leaseClock
+	// Agents reaches the instance agents' peer channel before a promotion;
+	// nil skips it (unit tests, whose servers have no agent).
+	Agents AskPromoting
 }
 
 // +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
@@ -237,6 +241,9 @@ func (r *DatabaseReconciler) SetupWithManager(mgr ctrl.Manager, workers int) err
 		Owns(&batchv1.Job{}). // the restore Job
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToDatabase)).
 		Watches(&dbv1.Backup{}, handler.EnqueueRequestsFromMapFunc(backupToDatabase)).
+		// Every renewal of a primary Lease starts the operator's clock for
+		// it as soon as it happens (see leaseClock); none needs a reconcile.
+		Watches(&coordinationv1.Lease{}, r.leases.sightings()).
 		Complete(r)
 }
 

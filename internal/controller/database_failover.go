@@ -171,6 +171,15 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		obs.requeueWithin(left)
 		return nil
 	}
+	hold, err := r.failsafeHold(ctx, obs, best.pod, repl)
+	if err != nil {
+		return err
+	}
+	if hold > 0 {
+		logger.Info("waiting: the candidate confirmed the old primary to its agent while the API server was away", "primary", primary, "candidate", best.pod.Name, "left", hold)
+		obs.requeueWithin(hold)
+		return nil
+	}
 	r.event(db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", primary, best.pod.Name, why)
 	if err := r.recordPrimary(ctx, db, best.pod.Name); err != nil {
 		return fmt.Errorf("recording %s as the primary before promoting it: %w", best.pod.Name, err)

@@ -3,21 +3,28 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent"
+	"example.com/database-operator/internal/engine"
 )
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
@@ -74,6 +81,24 @@ func (c *leaseClock) firstSeen(l *coordinationv1.Lease, now time.Time) time.Time
 		c.seen[key] = s
 	}
 	return s.at
+}
+
+// sightings is a watch handler that records every primary Lease version
+// as it arrives, and asks for no reconcile.
+func (c *leaseClock) sightings() handler.EventHandler {
+	see := func(o client.Object) {
+		if l, ok := o.(*coordinationv1.Lease); ok && l.Labels[labelName] == chartName {
+			c.firstSeen(l, time.Now())
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			see(e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			see(e.ObjectNew)
+		},
+	}
 }
 
 func holderOf(l *coordinationv1.Lease) string {
@@ -157,4 +182,34 @@ func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, p
 	}
 	log.FromContext(ctx).Info("handed the primary Lease over", "from", holder, "to", pod, "holderFenced", fenced)
 	return 0, nil
+}
+
+// AskPromoting tells the agent at host (the candidate's address) that the
+// operator is about to promote its server; see agent.AskPromoting.
+type AskPromoting func(ctx context.Context, host, token string) (agent.Promoting, error)
+
+// AgentPromoting is AskPromoting over the agents' peer channel.
+func AgentPromoting(ctx context.Context, host, token string) (agent.Promoting, error) {
+	return agent.AskPromoting(ctx, net.JoinHostPort(host, strconv.Itoa(agent.PeerPort)), token)
+}
+
+// failsafeHold is how long the candidate must wait before its promotion:
+// while the API server was unreachable for the old primary, the candidate
+// may have confirmed it (the failsafe), letting it take writes until that
+// confirmation runs out. The candidate stops confirming from this call on.
+func (r *DatabaseReconciler) failsafeHold(ctx context.Context, obs *observed, pod *corev1.Pod, repl engine.Credentials) (time.Duration, error) {
+	if r.Agents == nil {
+		return 0, nil
+	}
+	ep, err := obs.instances.endpoint(ctx, pod)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	p, err := r.Agents(ctx, ep.Host, agent.PeerToken(repl.Password))
+	if err != nil {
+		return 0, fmt.Errorf("asking %s's agent whether it confirmed another primary: %w", pod.Name, err)
+	}
+	return time.Duration(p.RemainingMillis) * time.Millisecond, nil
 }

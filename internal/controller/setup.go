@@ -118,6 +118,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 		LeaseDuration: opts.PrimaryLeaseDuration,
 		leases:        &leaseClock{},
+		Agents:        AgentPromoting,
 
 		BackupMetrics: backupMetrics,
 	}

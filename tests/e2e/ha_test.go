@@ -476,18 +476,19 @@ func rotateAppPassword(t testing.TB, d dialect, db *dbv1.Database, replica strin
 	wantEvents(t, db, "AppPasswordRotated")
 }
 
-// TestFormerPrimaryReturnsWritable: the primary's pod stalls, agent and
-// server (SIGSTOP: a paused machine); its primary Lease runs out, a replica
-// is promoted and takes writes; then the old pod resumes as it was,
-// writable. Its agent stops the server at once and starts it again fenced;
-// the operator records what it holds and restarts its pod, whose start
-// script rewinds it onto the new primary (PostgreSQL) or, when it holds a
-// write the new primary never had, sets its data aside and clones the new
-// primary (MariaDB: the write is taken with replication stopped, so it
-// diverges for sure). No
+// TestFormerPrimaryReturns: the primary holds a write its replica never
+// received, and its machine is cut off from everyone; its agent stops the
+// server when it cannot renew the primary Lease, the replica is promoted
+// once the Lease has expired and takes writes; then the old machine comes
+// back. Its agent starts the server fenced, as it was; the operator
+// records what it holds and restarts its pod, whose start script rewinds
+// it onto the new primary (PostgreSQL) or, as it holds a write the new
+// primary never had, sets its data aside and clones the new primary
+// (MariaDB: the write is taken with replication stopped, so it diverges
+// for sure). No
 // acknowledged write that reached the new primary is lost, the diverged
 // data is kept on the volume, and Events say what happened.
-func TestFormerPrimaryReturnsWritable(t *testing.T) {
+func TestFormerPrimaryReturns(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open, primary, _ := replicatedPair(t, d, "back")
@@ -523,12 +524,13 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The whole pod stalls, agent and server alike (a frozen
-			// machine): its Lease runs out and the replica is promoted.
-			if err := node.Freeze(ns, old); err != nil {
+			// The primary's machine is cut off from everyone: its agent
+			// cannot renew the Lease and stops the server; once the Lease
+			// has expired the replica is promoted.
+			if err := node.Partition(ns, old); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = node.Thaw(ns, old) })
+			t.Cleanup(func() { _ = node.Heal(ns, old) })
 			hung := time.Now()
 			if d.engine == dbv1.EngineMariaDB {
 				// The replica reconnects, as a live one would, only once
@@ -540,13 +542,13 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 				}
 			}
 			waitFailover(t, db, old, 2*time.Minute)
-			// Back, writable and sure it is the primary: its agent, whose
-			// Lease ran out, stops the server at once and starts it again
-			// fenced, as it was, for the operator to record what it holds.
-			if err := node.Thaw(ns, old); err != nil {
+			// Back: its agent reads the Lease, which names the new primary,
+			// and starts the server fenced, as it was, for the operator to
+			// record what it holds before anything discards it.
+			if err := node.Heal(ns, old); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("promoted %s after the hang", time.Since(hung).Round(time.Second))
+			t.Logf("promoted %s after the partition", time.Since(hung).Round(time.Second))
 			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 12, 12, "after failover")
 
 			eventually(t, 2*time.Minute, old+" restarted by the operator", func() string {
@@ -601,12 +603,12 @@ func TestFormerPrimaryReturnsWritable(t *testing.T) {
 	}
 }
 
-// TestOperatorKilledAfterPromotion: the primary's pod stalls; the operator
+// TestOperatorKilledAfterPromotion: the primary's machine is cut off; the operator
 // promotes the replica and is killed at its next write (the old primary's
 // role label never reaches the API server), so the topology names the
 // promoted server while status still names the old one. The promoted
-// server takes writes; the old one resumes, sure it is the primary, and
-// its agent stops it before it takes a write. A new operator must keep
+// server takes writes; the old machine comes back, and its agent (which
+// stopped the server when it could not renew the Lease) starts it fenced. A new operator must keep
 // the promoted server, which the writes went to, never the old one; every
 // write the promoted server acknowledged is kept.
 func TestOperatorKilledAfterPromotion(t *testing.T) {
@@ -625,21 +627,22 @@ func TestOperatorKilledAfterPromotion(t *testing.T) {
 					t.Errorf("restarting the operator: %v", err)
 				}
 			})
-			if err := node.Freeze(ns, old); err != nil {
+			if err := node.Partition(ns, old); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = node.Thaw(ns, old) })
+			t.Cleanup(func() { _ = node.Heal(ns, old) })
 			select {
 			case <-killed:
 			case <-time.After(2 * time.Minute):
 				t.Fatal("no write after a promotion within 2 minutes: the operator did not fail over")
 			}
 			insert(t, replica, 11, 20, "on the promoted server")
-			if err := node.Thaw(ns, old); err != nil {
+			if err := node.Heal(ns, old); err != nil {
 				t.Fatal(err)
 			}
-			// Its agent, whose Lease ran out, stops it before it takes a
-			// write (it took them here before the agent: two primaries).
+			// Its agent, whose Lease ran out, stopped it and starts it
+			// again fenced: it takes no write (before the agent it came back
+			// writable here: two primaries).
 			time.Sleep(2 * time.Second)
 			if err := execTimeout(primary, "INSERT INTO orders VALUES (1000, 'second primary')"); err == nil {
 				t.Error("the old primary took a write after the promotion: two writable primaries")

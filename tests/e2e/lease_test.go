@@ -16,6 +16,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -244,4 +245,53 @@ func holder(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// TestControlPlaneOutageKeepsThePrimary: the database pods lose the API
+// server for three Lease durations while they still reach each other. The
+// primary's agent cannot renew its Lease; it stays writable because its
+// replica confirms, over the agents' peer channel, that it still follows
+// it (the failsafe). Nothing is promoted, and renewals resume afterwards.
+func TestControlPlaneOutageKeepsThePrimary(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, _, primary, _ := replicatedPair(t, d, "cpo")
+			ns := db.Namespace
+			node.BlockAPI()
+			t.Cleanup(node.UnblockAPI)
+			outage := time.Now()
+			var failed []string
+			for id := 1000; time.Since(outage) < 45*time.Second; id++ {
+				if err := execTimeout(primary, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'outage')", id)); err != nil {
+					failed = append(failed, fmt.Sprintf("%s: %v", time.Since(outage).Round(time.Second), err))
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			node.UnblockAPI()
+			if len(failed) > 0 {
+				t.Errorf("the primary refused %d writes during the control-plane outage (the failsafe should keep it): %v", len(failed), failed[:min(len(failed), 5)])
+			}
+			got := &dbv1.Database{}
+			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.CurrentPrimary != db.Name+"-0" || got.Status.LastFailover != nil {
+				t.Errorf("after the outage: primary %s, last failover %+v; want %s-0 and none", got.Status.CurrentPrimary, got.Status.LastFailover, db.Name)
+			}
+			before, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the primary Lease renewed again", func() string {
+				l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
+				if err != nil {
+					return err.Error()
+				}
+				if holder(l) != db.Name+"-0" || l.ResourceVersion == before.ResourceVersion {
+					return fmt.Sprintf("holder %s, version %s", holder(l), l.ResourceVersion)
+				}
+				return ""
+			})
+		})
+	}
 }

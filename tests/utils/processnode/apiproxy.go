@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -38,7 +39,12 @@ func (n *Node) proxyAPIServer(ctx context.Context, target string) error {
 				}
 				return
 			}
+			if !n.api.track(c) {
+				c.Close() // blocked: refused, as an API server that is down
+				continue
+			}
 			go func() {
+				defer n.api.untrack(c)
 				defer c.Close()
 				up, err := net.DialTimeout("tcp", target, 10*time.Second)
 				if err != nil {
@@ -53,4 +59,51 @@ func (n *Node) proxyAPIServer(ctx context.Context, target string) error {
 		}
 	}()
 	return nil
+}
+
+// apiGate lets pods reach the API server, or not.
+type apiGate struct {
+	mu      sync.Mutex
+	blocked bool
+	conns   map[net.Conn]bool
+}
+
+func (g *apiGate) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.blocked {
+		return false
+	}
+	if g.conns == nil {
+		g.conns = map[net.Conn]bool{}
+	}
+	g.conns[c] = true
+	return true
+}
+
+func (g *apiGate) untrack(c net.Conn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.conns, c)
+}
+
+// BlockAPI cuts every pod of the node off from the API server (open
+// connections closed, new ones refused) while the pods still reach each
+// other, the node itself (probes, DNS) and the operator still reach the API
+// server: a control-plane outage as the database pods see it. UnblockAPI
+// undoes it.
+func (n *Node) BlockAPI() {
+	n.api.mu.Lock()
+	defer n.api.mu.Unlock()
+	n.api.blocked = true
+	for c := range n.api.conns {
+		c.Close()
+	}
+}
+
+// UnblockAPI undoes BlockAPI.
+func (n *Node) UnblockAPI() {
+	n.api.mu.Lock()
+	defer n.api.mu.Unlock()
+	n.api.blocked = false
 }

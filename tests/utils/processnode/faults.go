@@ -1,13 +1,8 @@
 package processnode
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -90,71 +85,4 @@ func (w *podWorker) waitUp(ctx context.Context) {
 	case <-held:
 	case <-ctx.Done():
 	}
-}
-
-// Freeze stops every process of the pod's running containers (SIGSTOP),
-// those in process groups of their own included: a machine that stalls
-// (a hung hypervisor, a frozen cgroup), its agent and server alike. Thaw
-// resumes them.
-func (n *Node) Freeze(namespace, pod string) error {
-	return n.signalAll(namespace, pod, syscall.SIGSTOP)
-}
-
-// Thaw undoes Freeze.
-func (n *Node) Thaw(namespace, pod string) error { return n.signalAll(namespace, pod, syscall.SIGCONT) }
-
-func (n *Node) signalAll(namespace, pod string, sig syscall.Signal) error {
-	w, err := n.worker(namespace, pod)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	var roots []int
-	for _, c := range w.ctrs {
-		if c.pid != 0 {
-			roots = append(roots, c.pid)
-		}
-	}
-	w.mu.Unlock()
-	for _, pid := range descendants(roots) {
-		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
-			return fmt.Errorf("signal %v to %d of %s/%s: %w", sig, pid, namespace, pod, err)
-		}
-	}
-	return nil
-}
-
-// descendants is roots and every process below them, parents first, read
-// from /proc.
-func descendants(roots []int) []int {
-	children := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var out []int
-	queue := append([]int(nil), roots...)
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		out = append(out, pid)
-		queue = append(queue, children[pid]...)
-	}
-	return out
 }

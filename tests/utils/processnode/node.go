@@ -100,6 +100,9 @@ type Node struct {
 
 	recorder record.EventRecorder
 
+	// api is the pods' way to the API server (BlockAPI cuts it).
+	api apiGate
+
 	mu      sync.Mutex
 	workers map[types.UID]*running
 	grace   map[string]*int64 // pod key -> the deletion's grace period

@@ -1,0 +1,198 @@
+package agent
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The failsafe, after Patroni's failsafe_mode: a control-plane outage alone
+// must not make every database read-only. While the API server cannot be
+// reached, the primary's agent asks every other member of its Database,
+// over the agents' peer channel, whether it still follows it; when all of
+// them confirm, the primary stays writable for another Lease period (the
+// same rule as a renewal, counted from the start of that round). A member
+// confirms only a primary its own view of the Lease names, never while its
+// own server takes writes, and the operator does not promote a member
+// before its last confirmation has run out (it asks, and the member stops
+// confirming from then on: POST /v1/promoting). A member that can read the
+// Lease and finds another holder refuses, so once the operator moves the
+// Lease the old primary loses the failsafe at its next round.
+
+// PeerPort is the agents' peer channel, on the pod's address.
+const PeerPort = 8011
+
+// PeerToken is what agents and the operator present on the peer channel:
+// derived from the replication account's password (which every member and
+// the operator have), never that password itself.
+func PeerToken(replicationPassword string) string {
+	h := hmac.New(sha256.New, []byte(replicationPassword))
+	h.Write([]byte("database-operator agent peer channel"))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Promoting is a member's answer to POST /v1/promoting.
+type Promoting struct {
+	// ConfirmedFor is the primary this member last confirmed, if any.
+	ConfirmedFor string `json:"confirmedFor,omitempty"`
+	// RemainingMillis is how long that confirmation still lets it take
+	// writes by this member's clock: the member must not be promoted
+	// before it has run out.
+	RemainingMillis int64 `json:"remainingMillis"`
+}
+
+// peerHandler serves the peer channel.
+func (a *Agent) peerHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/confirm", func(w http.ResponseWriter, r *http.Request) {
+		if !a.authorized(r) {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		primary := r.URL.Query().Get("primary")
+		if why := a.confirm(r.Context(), primary); why != "" {
+			http.Error(w, why, http.StatusConflict)
+			return
+		}
+		fmt.Fprintln(w, "confirmed")
+	})
+	mux.HandleFunc("POST /v1/promoting", func(w http.ResponseWriter, r *http.Request) {
+		if !a.authorized(r) {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		a.mu.Lock()
+		a.refuseConfirm = true
+		p := Promoting{ConfirmedFor: a.confirmedFor}
+		if left := time.Until(a.confirmedUntil); left > 0 {
+			p.RemainingMillis = left.Milliseconds()
+		}
+		a.mu.Unlock()
+		a.cfg.Log.Info("the operator is about to promote this server: confirming no other primary from now on", "lastConfirmed", p.ConfirmedFor, "remaining", time.Duration(p.RemainingMillis)*time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(p)
+	})
+	return mux
+}
+
+func (a *Agent) authorized(r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && a.cfg.PeerToken != "" && subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.PeerToken)) == 1
+}
+
+// confirm answers a primary that asks whether this member still follows
+// it: "" to confirm, else why not.
+func (a *Agent) confirm(ctx context.Context, primary string) string {
+	if primary == "" || primary == a.cfg.Pod {
+		return "no primary named"
+	}
+	// A fresh view of the Lease when the API server answers; the last one
+	// read when it does not.
+	_, err := a.getLease(ctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.refuseConfirm:
+		return "this member is being promoted"
+	case a.writable:
+		return "this member's server takes writes"
+	case a.holder != primary:
+		return fmt.Sprintf("the primary Lease names %q (read error: %v)", a.holder, err)
+	}
+	a.confirmedFor = primary
+	a.confirmedUntil = time.Now().Add(a.duration + Margin(a.duration))
+	return ""
+}
+
+// failsafe asks every other member to confirm this primary; true when all
+// did. Members are <name>-0 .. <name>-(n-1), reached by their stable
+// names.
+func (a *Agent) failsafe(ctx context.Context) bool {
+	a.mu.Lock()
+	n := a.members
+	a.mu.Unlock()
+	i := strings.LastIndex(a.cfg.Pod, "-")
+	if n < 2 || i < 0 || a.cfg.PeerDomain == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		refuse []string
+	)
+	for k := 0; k < n; k++ {
+		peer := a.cfg.Pod[:i] + "-" + strconv.Itoa(k)
+		if peer == a.cfg.Pod {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.askPeer(ctx, peer); err != nil {
+				mu.Lock()
+				refuse = append(refuse, fmt.Sprintf("%s: %v", peer, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(refuse) > 0 {
+		a.cfg.Log.Info("failsafe: not every member confirms this primary", "refused", refuse)
+		return false
+	}
+	return true
+}
+
+func (a *Agent) askPeer(ctx context.Context, peer string) error {
+	url := "http://" + net.JoinHostPort(peer+"."+a.cfg.PeerDomain, strconv.Itoa(PeerPort)) + "/v1/confirm?primary=" + a.cfg.Pod
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+a.cfg.PeerToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var b [256]byte
+		k, _ := resp.Body.Read(b[:])
+		return errors.New(resp.Status + ": " + strings.TrimSpace(string(b[:k])))
+	}
+	return nil
+}
+
+// AskPromoting tells the member at addr (host:port of its peer channel)
+// that the operator is about to promote it, and returns how long its last
+// confirmation of another primary still runs.
+func AskPromoting(ctx context.Context, addr, token string) (Promoting, error) {
+	var p Promoting
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/promoting", nil)
+	if err != nil {
+		return p, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return p, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return p, fmt.Errorf("the agent at %s answered %s", addr, resp.Status)
+	}
+	return p, json.NewDecoder(resp.Body).Decode(&p)
+}
