@@ -102,6 +102,8 @@ type Config struct {
 // Agent is one running agent.
 type Agent struct {
 	cfg Config
+	// peerAddr, when set, is where a member's peer channel is (unit tests).
+	peerAddr func(peer string) string
 
 	mu sync.Mutex
 	// Lease, as last read.

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,7 @@ func leaseFor(holder string, seconds int32) *coordinationv1.Lease {
 	}
 }
 
-func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool) *harness {
+func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool, opts ...func(*Agent)) *harness {
 	t.Helper()
 	h := &harness{t: t, dir: t.TempDir(), runErr: make(chan error, 1)}
 	if l != nil {
@@ -83,6 +84,9 @@ func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool) *ha
 		},
 	}
 	h.agent = New(cfg)
+	for _, o := range opts {
+		o(h.agent)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.runErr <- h.agent.Run(ctx) }()
@@ -264,4 +268,65 @@ func TestReplicaStartsWithoutTheAPIServer(t *testing.T) {
 		defer a.mu.Unlock()
 		return a.running
 	})
+}
+
+// TestFailsafeKeepsAConfirmedPrimary: the primary's agent loses the API
+// server; its one replica confirms it over the peer channel, so its server
+// keeps running. Once the replica reads a Lease naming another pod it
+// refuses, and the primary's server is stopped. A member told that it is
+// being promoted reports how long its last confirmation still runs, and
+// confirms no more.
+func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr := ln.Addr().String()
+	ln.Close()
+	token := PeerToken("replication password")
+	twoMembers := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		l.Annotations = map[string]string{MembersAnnotation: "2"}
+		return l
+	}
+	replica := start(t, "db-1", twoMembers(lease("db-0")), false, func(a *Agent) {
+		a.cfg.PeerListen, a.cfg.PeerToken = peerAddr, token
+	})
+	primary := start(t, "db-0", twoMembers(lease("db-0")), true, func(a *Agent) {
+		a.cfg.PeerToken = token
+		a.peerAddr = func(string) string { return peerAddr }
+	})
+	waitFor(t, "both servers started", 5*time.Second, func() bool { return primary.pid() != 0 && replica.pid() != 0 })
+	pid := primary.pid()
+	primary.apiDown.Store(true)
+	time.Sleep(3 * time.Second) // three Lease durations without the API server
+	if !alive(pid) {
+		t.Fatal("the primary's server was stopped although its replica confirms it")
+	}
+	if why := primary.agent.notReady(); why != "" {
+		t.Errorf("the confirmed primary is not ready: %s", why)
+	}
+	// The operator moves the Lease (the replica's API server still answers).
+	l, err := replica.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptr.To("db-1")
+	if _, err := replica.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now()
+	waitFor(t, "the unconfirmed primary's server stopped", 3*time.Second, func() bool { return !alive(pid) })
+	if took := time.Since(moved); took > time.Second+200*time.Millisecond {
+		t.Errorf("the primary ran %s after its replica stopped confirming, want at most the duration minus the margin", took)
+	}
+	p, err := AskPromoting(context.Background(), peerAddr, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ConfirmedFor != "db-0" || p.RemainingMillis <= 0 || p.RemainingMillis > 1200 {
+		t.Errorf("promoting: %+v, want db-0's last confirmation with at most duration plus margin left", p)
+	}
+	if _, err := AskPromoting(context.Background(), peerAddr, "wrong token"); err == nil {
+		t.Error("the peer channel answered a caller with the wrong token")
+	}
 }

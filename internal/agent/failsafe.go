@@ -123,7 +123,7 @@ func (a *Agent) failsafe(ctx context.Context) bool {
 	n := a.members
 	a.mu.Unlock()
 	i := strings.LastIndex(a.cfg.Pod, "-")
-	if n < 2 || i < 0 || a.cfg.PeerDomain == "" {
+	if n < 2 || i < 0 || (a.cfg.PeerDomain == "" && a.peerAddr == nil) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -157,7 +157,11 @@ func (a *Agent) failsafe(ctx context.Context) bool {
 }
 
 func (a *Agent) askPeer(ctx context.Context, peer string) error {
-	url := "http://" + net.JoinHostPort(peer+"."+a.cfg.PeerDomain, strconv.Itoa(PeerPort)) + "/v1/confirm?primary=" + a.cfg.Pod
+	addr := net.JoinHostPort(peer+"."+a.cfg.PeerDomain, strconv.Itoa(PeerPort))
+	if a.peerAddr != nil {
+		addr = a.peerAddr(peer)
+	}
+	url := "http://" + addr + "/v1/confirm?primary=" + a.cfg.Pod
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return err
