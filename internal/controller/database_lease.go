@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -38,6 +39,14 @@ import (
 // operator's own clock.
 
 func leaseName(db *dbv1.Database) string { return db.Name + "-primary" }
+
+// leaseLabels select the Lease with the Database's objects, and let the
+// operator's cache (which holds only what it manages) see it.
+func leaseLabels(db *dbv1.Database) map[string]string {
+	l := selectorLabels(db)
+	l[labelManagedBy] = managedBy
+	return l
+}
 
 // leaseDuration is the primary Lease's duration (LeaseDuration, or the
 // agent's default).
@@ -120,7 +129,7 @@ func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Databa
 	if apierrors.IsNotFound(err) {
 		now := metav1.NewMicroTime(r.now())
 		l = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: selectorLabels(db),
+			ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: leaseLabels(db),
 				Annotations: map[string]string{agent.MembersAnnotation: members}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(primaryName(db, obs)), LeaseDurationSeconds: &seconds,
 				AcquireTime: &now, RenewTime: &now},
@@ -128,7 +137,24 @@ func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Databa
 		if err := controllerutil.SetControllerReference(db, l, r.Scheme); err != nil {
 			return err
 		}
-		if err := r.Create(ctx, l); err != nil {
+		err := r.Create(ctx, l)
+		if apierrors.IsAlreadyExists(err) {
+			// There, but not in the cache: made without the labels the
+			// cache selects on. Label it; its holder stays.
+			live := &coordinationv1.Lease{}
+			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(l), live); err != nil {
+				return fmt.Errorf("reading the primary Lease: %w", err)
+			}
+			if live.Labels == nil {
+				live.Labels = map[string]string{}
+			}
+			maps.Copy(live.Labels, leaseLabels(db))
+			if err := r.Update(ctx, live); err != nil {
+				return fmt.Errorf("labelling the primary Lease: %w", err)
+			}
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("creating the primary Lease: %w", err)
 		}
 		log.FromContext(ctx).Info("created the primary Lease", "holder", primaryName(db, obs))
