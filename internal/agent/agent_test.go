@@ -316,8 +316,11 @@ func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
 	}
 	moved := time.Now()
 	waitFor(t, "the unconfirmed primary's server stopped", 3*time.Second, func() bool { return !alive(pid) })
-	if took := time.Since(moved); took > time.Second+200*time.Millisecond {
-		t.Errorf("the primary ran %s after its replica stopped confirming, want at most the duration minus the margin", took)
+	// The replica's view of the Lease is at most a renew interval old:
+	// then the primary's last confirmed round runs out (duration minus
+	// margin); scheduling slack on top.
+	if took := time.Since(moved); took > 1500*time.Millisecond {
+		t.Errorf("the primary ran %s after the Lease moved, want at most a renew interval plus the duration minus the margin", took)
 	}
 	p, err := AskPromoting(context.Background(), peerAddr, token)
 	if err != nil {
