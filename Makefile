@@ -160,9 +160,15 @@ test-integration: ## Integration tests on a real local control plane.
 
 FAILOVER_RUNS ?= 5
 .PHONY: bench-failover
-bench-failover: ## Time to the first write through -rw after the primary's machine is lost, and after its server hangs (the agent's own detection), p50/p95 per engine (real pods; root).
+bench-failover: ## Per engine, FAILOVER_RUNS times: time to a writable -rw after the primary's machine is lost, after its server hangs (the agent's own detection), after it is cut off (with two-writer time and lost writes); p50/p95 (real pods; root).
 	@BIN=$$(hack/build-tools.sh cluster); \
-	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
+	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
+
+.PHONY: test-faults
+test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, operator killed after a promotion, control-plane outage, switchover and rolling change under writes.
+	@BIN=$$(hack/build-tools.sh cluster); \
+	LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 60m ./tests/e2e/ \
+		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilledAfterPromotion|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange'
 
 .PHONY: bench-backup
 bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to a directory (real servers).

@@ -156,6 +156,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	loops, stop := context.WithCancel(ctx)
 	defer stop()
+	if err := becomeSubreaper(); err != nil {
+		a.cfg.Log.Info("orphaned processes go to PID 1, not the agent", "error", err.Error())
+	}
+	go reapLoop(loops, a.serverPid)
 	go a.leaseLoop(loops)
 	go a.checkLoop(loops)
 	go a.guardLoop(loops)
@@ -221,6 +225,16 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// serverPid is the server's process (the start script's, which execs it), 0 when none runs.
+func (a *Agent) serverPid() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.child == nil || a.child.Process == nil {
+		return 0
+	}
+	return a.child.Process.Pid
 }
 
 // topologyPrimary is the mounted topology's primary; instance 0 before the
@@ -344,7 +358,10 @@ func (a *Agent) serverHealthy() bool {
 	if !a.everAnswered {
 		return now.Sub(a.childStarted) < startupWindow
 	}
-	return now.Sub(a.answered) < 2*renewInterval(a.duration)
+	// As readiness: a server that has not answered three checks running
+	// is not renewed for, so a hung server stops within the Lease time
+	// of its last answer.
+	return now.Sub(a.answered) < 3*checkInterval
 }
 
 // leaseLoop reads the Lease every renew interval and renews it while this
@@ -389,14 +406,12 @@ func (a *Agent) holds() bool {
 	return a.holder == a.cfg.Pod
 }
 
-// checkLoop asks the local server, every half second, whether it answers
-// and takes writes.
+// checkLoop asks the local server, every second, whether it answers and
+// takes writes.
 func (a *Agent) checkLoop(ctx context.Context) {
 	check := a.cfg.Check
 	if check == nil {
-		c := &localServer{cfg: a.cfg}
-		defer c.close()
-		check = c.status
+		check = (&localServer{cfg: a.cfg}).status
 	}
 	for ctx.Err() == nil {
 		a.mu.Lock()
@@ -418,36 +433,21 @@ func (a *Agent) checkLoop(ctx context.Context) {
 	}
 }
 
-const checkInterval = 500 * time.Millisecond
+const checkInterval = time.Second
 
-// localServer is one connection to the local server, opened again after
-// any failed call (a call that timed out leaves it unusable).
-type localServer struct {
-	cfg  Config
-	inst engine.Instance
-}
+// localServer checks the local server over a new connection each time: a
+// server whose PostgreSQL postmaster hangs still answers on a connection
+// it already has (its backend runs on), while it accepts no new client.
+type localServer struct{ cfg Config }
 
 func (l *localServer) status(ctx context.Context) (engine.Status, error) {
-	if l.inst == nil {
-		inst, err := engine.Open(ctx, l.cfg.Engine, l.cfg.Server, l.cfg.Superuser,
-			engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second})
-		if err != nil {
-			return engine.Status{}, err
-		}
-		l.inst = inst
-	}
-	st, err := l.inst.Status(ctx)
+	inst, err := engine.Open(ctx, l.cfg.Engine, l.cfg.Server, l.cfg.Superuser,
+		engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second})
 	if err != nil {
-		l.close()
+		return engine.Status{}, err
 	}
-	return st, err
-}
-
-func (l *localServer) close() {
-	if l.inst != nil {
-		_ = l.inst.Close()
-		l.inst = nil
-	}
+	defer inst.Close()
+	return inst.Status(ctx)
 }
 
 // guardLoop enforces the rule: a server that takes writes, or last did and
@@ -534,7 +534,7 @@ func (a *Agent) notReady() string {
 	switch {
 	case !a.running:
 		return "the server is not running"
-	case !a.everAnswered || now.Sub(a.answered) > 3*time.Second:
+	case !a.everAnswered || now.Sub(a.answered) > 3*checkInterval:
 		return "the server does not answer"
 	case a.writable && now.After(a.validUntil):
 		return "the server takes writes without the primary Lease"

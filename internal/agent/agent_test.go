@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -112,11 +113,12 @@ func (h *harness) setWritable(w bool) {
 // pid is the running server's process id, 0 when none runs.
 func (h *harness) pid() int {
 	h.agent.mu.Lock()
-	defer h.agent.mu.Unlock()
-	if !h.agent.running || h.agent.child == nil {
+	running := h.agent.running
+	h.agent.mu.Unlock()
+	if !running {
 		return 0
 	}
-	return h.agent.child.Process.Pid
+	return h.agent.serverPid()
 }
 
 func (h *harness) starts() []string {
@@ -204,10 +206,10 @@ func TestNonHolderThatTakesWritesIsStopped(t *testing.T) {
 
 // TestPromotedReplicaKeepsRunning: the operator hands the Lease to a
 // replica and promotes it at once; its agent's check finds it writable
-// before its next renewal (a 3 s Lease: renewals a second apart) and
+// before its next renewal (a 6 s Lease: renewals 2 s apart) and
 // renews right then, never stopping it.
 func TestPromotedReplicaKeepsRunning(t *testing.T) {
-	h := start(t, "db-1", leaseFor("db-0", 3), false)
+	h := start(t, "db-1", leaseFor("db-0", 6), false)
 	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
 	pid := h.pid()
 	l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
@@ -331,5 +333,24 @@ func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
 	}
 	if _, err := AskPromoting(context.Background(), peerAddr, "wrong token"); err == nil {
 		t.Error("the peer channel answered a caller with the wrong token")
+	}
+}
+
+// TestOrphansAreReaped: a process the start script leaves behind (its
+// parent gone) becomes the agent's child, and is reaped when it exits
+// rather than left a zombie.
+func TestOrphansAreReaped(t *testing.T) {
+	h := start(t, "db-0", lease("db-0"), true)
+	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
+	// The agent is this test process: an orphan of anything below it
+	// comes to it.
+	orphan := exec.Command("sh", "-c", "(sleep 0.3 &); exit 0")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Run(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if z := zombieChildren(os.Getpid()); len(z) > 0 {
+		t.Errorf("zombie children left: %v", z)
 	}
 }

@@ -127,33 +127,76 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 }
 
 // switchTo fences the current primary, waits for the target to apply all
-// it wrote, records the target as the primary and promotes it.
+// it wrote, hands it the primary Lease, records it as the primary and
+// promotes it: named steps, each logged and reported in an Event
+// (Switchover<Step>) once done. A failure before the hand-over abandons
+// the switchover (the old primary unfenced); from the hand-over on it only
+// rolls forward.
 func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, old, next engine.Instance, current, target string) error {
 	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switchover", "Moving the primary from %s to %s", current, target)
-	if err := old.Fence(ctx); err != nil {
-		return fmt.Errorf("switchover to %s: fencing %s: %w", target, current, err)
+	var final engine.Status
+	failed := func(err error) error { return fmt.Errorf("switchover to %s: %w", target, err) }
+	abandon := func(err error) error { return r.abandonSwitchover(ctx, db, old, err) }
+	rollForward := func(err error) error { return r.failedPromotion(ctx, db, old, next, current, target, err) }
+	steps := []switchoverStep{
+		{"Fenced", failed, func() (string, error) {
+			if err := old.Fence(ctx); err != nil {
+				return "", fmt.Errorf("fencing %s: %w", current, err)
+			}
+			return fmt.Sprintf("%s takes no more application writes", current), nil
+		}},
+		{"CaughtUp", abandon, func() (string, error) {
+			st, err := old.Status(ctx)
+			if err != nil {
+				return "", fmt.Errorf("reading %s's final position: %w", current, err)
+			}
+			final = st
+			if err := waitReached(ctx, next, final.Applied); err != nil {
+				return "", fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err)
+			}
+			return fmt.Sprintf("%s applied everything %s wrote, up to %s", target, current, final.Applied), nil
+		}},
+		// The old primary is fenced: the Lease moves at once.
+		{"LeaseHandedOver", abandon, func() (string, error) {
+			if _, err := r.takeLease(ctx, db, target, true); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("the primary Lease names %s", target), nil
+		}},
+		{"Recorded", rollForward, func() (string, error) {
+			if err := r.recordPrimary(ctx, db, target); err != nil {
+				return "", fmt.Errorf("recording it as the primary: %w", err)
+			}
+			return fmt.Sprintf("the topology names %s the primary", target), nil
+		}},
+		{"Promoted", rollForward, func() (string, error) {
+			if err := next.Promote(ctx); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s takes writes", target), nil
+		}},
 	}
-	final, err := old.Status(ctx)
-	if err != nil {
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("reading %s's final position: %w", current, err))
-	}
-	if err := waitReached(ctx, next, final.Applied); err != nil {
-		return r.abandonSwitchover(ctx, db, old, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err))
-	}
-	// The old primary is fenced: the Lease moves at once. From here on the
-	// switchover only rolls forward (the old primary's agent no longer
-	// holds the Lease).
-	if _, err := r.takeLease(ctx, db, target, true); err != nil {
-		return r.abandonSwitchover(ctx, db, old, err)
-	}
-	if err := r.recordPrimary(ctx, db, target); err != nil {
-		return r.failedPromotion(ctx, db, old, next, current, target, fmt.Errorf("recording it as the primary: %w", err))
-	}
-	if err := next.Promote(ctx); err != nil {
-		return r.failedPromotion(ctx, db, old, next, current, target, err)
+	logger := log.FromContext(ctx).WithValues("from", current, "to", target)
+	for _, step := range steps {
+		done, err := step.run()
+		if err != nil {
+			logger.Error(err, "switchover step failed", "step", step.name)
+			return step.onFail(err)
+		}
+		logger.Info("switchover step done", "step", step.name, "result", done)
+		r.event(db, corev1.EventTypeNormal, "Switchover"+step.name, "Switchover", "%s", done)
 	}
 	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary, at %s", target, final.Applied)
 	return nil
+}
+
+// switchoverStep is one named step of a switchover: run does it and says
+// what it did; onFail says what its failure leaves (an error as it is, the
+// switchover abandoned, or rolled forward).
+type switchoverStep struct {
+	name   string
+	onFail func(error) error
+	run    func() (string, error)
 }
 
 // abandonSwitchover lets the old primary take writes again and reports why

@@ -60,11 +60,8 @@ func benchFault(b *testing.B, what string, fault func(b *testing.B, d dialect, n
 			}
 			slices.Sort(times)
 			b.Logf("%s %s, sorted: %v", d.name(), what, times)
-			pct := func(p float64) float64 {
-				return float64(times[min(len(times)-1, int(p*float64(len(times))))].Milliseconds())
-			}
-			b.ReportMetric(pct(0.5), "p50-ms")
-			b.ReportMetric(pct(0.95), "p95-ms")
+			b.ReportMetric(float64(percentile(times, 0.5).Milliseconds()), "p50-ms")
+			b.ReportMetric(float64(percentile(times, 0.95).Milliseconds()), "p95-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -106,4 +103,9 @@ func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, 
 	_ = k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got)
 	b.Fatalf("no write through %s-rw within 2 minutes (last: %v); status %+v", db.Name, last, got.Status)
 	return 0
+}
+
+// percentile is the p-th of sorted durations (nearest rank).
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
 }

@@ -151,77 +151,130 @@ func writeThroughRWTimed(d dialect, db *dbv1.Database, open func(string) *sql.DB
 // deleted, once the partition heals.
 func TestPartitionedPrimaryStopsTakingWrites(t *testing.T) {
 	for _, d := range dialects {
-		t.Run(d.name(), func(t *testing.T) {
-			db, open, _, _ := replicatedPair(t, d, "part")
-			ns := db.Namespace
-			old, repl := db.Name+"-0", db.Name+"-1"
+		t.Run(d.name(), func(t *testing.T) { partitionOnce(t, d) })
+	}
+}
 
-			inPod := writeInPod(t, d, db, old, 100000, 50*time.Second)
-			time.Sleep(2 * time.Second) // the in-pod writer is under way
-			if err := node.Partition(ns, old); err != nil {
-				t.Fatal(err)
-			}
-			healed := false
-			heal := func() {
-				if !healed {
-					healed = true
-					if err := node.Heal(ns, old); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-			t.Cleanup(heal)
-			cut := time.Now()
-			stopRW := writeThroughRWTimed(d, db, open, 200000)
-			got := waitFailover(t, db, old, 2*time.Minute)
-			t.Logf("%s promoted %s after the partition", got.Status.CurrentPrimary, time.Since(cut).Round(time.Second))
-			if got.Status.CurrentPrimary != repl {
-				t.Fatalf("promoted %s, want %s", got.Status.CurrentPrimary, repl)
-			}
-			oldAcks := inPod()
-			rwAcks := stopRW()
-			if len(oldAcks) == 0 || len(rwAcks) == 0 {
-				t.Fatalf("acknowledged writes: %d in the partitioned pod, %d through -rw; want some of each", len(oldAcks), len(rwAcks))
-			}
-			lastOld := slices.MaxFunc(oldAcks, func(a, b ack) int { return int(a.ms - b.ms) })
-			firstNew := slices.MinFunc(rwAcks, func(a, b ack) int { return int(a.ms - b.ms) })
-			t.Logf("the partitioned primary acknowledged %d writes, its last %s after the cut; -rw acknowledged %d, its first %s after the cut; gap %s",
-				len(oldAcks), time.UnixMilli(lastOld.ms).Sub(cut).Round(time.Millisecond), len(rwAcks),
-				time.UnixMilli(firstNew.ms).Sub(cut).Round(time.Millisecond), time.Duration(firstNew.ms-lastOld.ms)*time.Millisecond)
-			if lastOld.ms >= firstNew.ms {
-				t.Errorf("two servers took writes at once: the partitioned primary acknowledged write %d at %s, after the new primary acknowledged write %d at %s",
-					lastOld.id, time.UnixMilli(lastOld.ms).Format(time.StampMilli), firstNew.id, time.UnixMilli(firstNew.ms).Format(time.StampMilli))
-			}
-			lease, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
-			if err != nil || holder(lease) != repl {
-				t.Errorf("the primary Lease after the failover: %v (%v), want it held by %s", holder(lease), err, repl)
-			}
+// partition is what one partition of a primary showed, by the servers'
+// clocks: how long after the cut -rw took its first write, how long the
+// two servers both took writes (0: never), and how many writes the old
+// primary acknowledged that the new one lacks (set aside, or the run
+// failed).
+type partition struct {
+	toRW, twoWriters time.Duration
+	acked, lost      int
+}
 
-			heal()
-			waitRunning(t, db, 2, 3*time.Minute)
-			rwIDs := make([]int, len(rwAcks))
-			for i, a := range rwAcks {
-				rwIDs[i] = a.id
+// partitionOnce runs the partition scenario on a new two-instance
+// Database and fails t on any violation (see
+// TestPartitionedPrimaryStopsTakingWrites).
+func partitionOnce(t testing.TB, d dialect) partition {
+	db, open, _, _ := replicatedPair(t, d, "part")
+	defer func() { _ = k8s.Delete(context.Background(), db) }()
+	ns := db.Namespace
+	old, repl := db.Name+"-0", db.Name+"-1"
+
+	inPod := writeInPod(t, d, db, old, 100000, 50*time.Second)
+	time.Sleep(2 * time.Second) // the in-pod writer is under way
+	if err := node.Partition(ns, old); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	heal := func() {
+		if !healed {
+			healed = true
+			if err := node.Heal(ns, old); err != nil {
+				t.Error(err)
 			}
-			have := noAckedWriteLost(t, open(podIP(t, ns, repl)), rwIDs)
-			var missing []int
-			for _, a := range oldAcks {
-				if !have[a.id] {
-					missing = append(missing, a.id)
-				}
+		}
+	}
+	defer heal()
+	cut := time.Now()
+	stopRW := writeThroughRWTimed(d, db, open, 200000)
+	got := waitFailover(t, db, old, 2*time.Minute)
+	t.Logf("%s promoted %s after the partition", got.Status.CurrentPrimary, time.Since(cut).Round(time.Second))
+	if got.Status.CurrentPrimary != repl {
+		t.Fatalf("promoted %s, want %s", got.Status.CurrentPrimary, repl)
+	}
+	oldAcks := inPod()
+	rwAcks := stopRW()
+	if len(oldAcks) == 0 || len(rwAcks) == 0 {
+		t.Fatalf("acknowledged writes: %d in the partitioned pod, %d through -rw; want some of each", len(oldAcks), len(rwAcks))
+	}
+	lastOld := slices.MaxFunc(oldAcks, func(a, b ack) int { return int(a.ms - b.ms) })
+	firstNew := slices.MinFunc(rwAcks, func(a, b ack) int { return int(a.ms - b.ms) })
+	res := partition{toRW: time.UnixMilli(firstNew.ms).Sub(cut), acked: len(oldAcks)}
+	if lastOld.ms >= firstNew.ms {
+		res.twoWriters = time.Duration(lastOld.ms-firstNew.ms) * time.Millisecond
+	}
+	t.Logf("the partitioned primary acknowledged %d writes, its last %s after the cut; -rw acknowledged %d, its first %s after the cut; gap %s",
+		len(oldAcks), time.UnixMilli(lastOld.ms).Sub(cut).Round(time.Millisecond), len(rwAcks),
+		res.toRW.Round(time.Millisecond), time.Duration(firstNew.ms-lastOld.ms)*time.Millisecond)
+	if res.twoWriters > 0 {
+		t.Errorf("two servers took writes at once: the partitioned primary acknowledged write %d at %s, after the new primary acknowledged write %d at %s",
+			lastOld.id, time.UnixMilli(lastOld.ms).Format(time.StampMilli), firstNew.id, time.UnixMilli(firstNew.ms).Format(time.StampMilli))
+	}
+	lease, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
+	if err != nil || holder(lease) != repl {
+		t.Errorf("the primary Lease after the failover: %v (%v), want it held by %s", holder(lease), err, repl)
+	}
+
+	heal()
+	waitRunning(t, db, 2, 3*time.Minute)
+	rwIDs := make([]int, len(rwAcks))
+	for i, a := range rwAcks {
+		rwIDs[i] = a.id
+	}
+	have := noAckedWriteLost(t, open(podIP(t, ns, repl)), rwIDs)
+	for _, a := range oldAcks {
+		if !have[a.id] {
+			res.lost++
+		}
+	}
+	t.Logf("%d of the partitioned primary's %d acknowledged writes never reached the new primary", res.lost, len(oldAcks))
+	if res.lost > 0 {
+		// Asynchronous replication loses them; they must be kept aside.
+		claim := claimDir(t, ns, "data-"+old)
+		pattern := map[dbv1.Engine]string{dbv1.EnginePostgreSQL: "diverged-wal-*", dbv1.EngineMariaDB: "*rebuild*"}[d.engine]
+		eventually(t, 3*time.Minute, "the former primary's diverged writes set aside", func() string {
+			if aside, _ := filepath.Glob(filepath.Join(claim, pattern)); len(aside) == 0 {
+				return "nothing set aside in " + claim
 			}
-			t.Logf("%d of the partitioned primary's %d acknowledged writes never reached the new primary", len(missing), len(oldAcks))
-			if len(missing) > 0 {
-				// Asynchronous replication loses them; they must be kept aside.
-				claim := claimDir(t, ns, "data-"+old)
-				pattern := map[dbv1.Engine]string{dbv1.EnginePostgreSQL: "diverged-wal-*", dbv1.EngineMariaDB: "*rebuild*"}[d.engine]
-				eventually(t, 3*time.Minute, "the former primary's diverged writes set aside", func() string {
-					if aside, _ := filepath.Glob(filepath.Join(claim, pattern)); len(aside) == 0 {
-						return "nothing set aside in " + claim
-					}
-					return ""
-				})
+			return ""
+		})
+	}
+	return res
+}
+
+// BenchmarkPartition repeats the partition scenario (FAILOVER_RUNS times
+// per engine: `make bench-failover`) and reports the time to a writable
+// -rw (p50, p95), the longest time two servers took writes (required: 0)
+// and the old primary's writes lost to asynchronous replication, all set
+// aside (a run whose lost writes are not set aside fails).
+func BenchmarkPartition(b *testing.B) {
+	for _, d := range dialects {
+		b.Run(d.name(), func(b *testing.B) {
+			var runs []partition
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				runs = append(runs, partitionOnce(b, d))
+				b.StartTimer()
 			}
+			toRW := make([]time.Duration, len(runs))
+			var twoWriters time.Duration
+			lost, acked := 0, 0
+			for i, r := range runs {
+				toRW[i], twoWriters = r.toRW, max(twoWriters, r.twoWriters)
+				lost, acked = lost+r.lost, acked+r.acked
+			}
+			slices.Sort(toRW)
+			b.Logf("%s partition: %d runs; time to writable -rw, sorted: %v; longest two-writer time %s; the old primary's acknowledged writes lost (set aside) %d of %d",
+				d.name(), len(runs), toRW, twoWriters, lost, acked)
+			b.ReportMetric(float64(percentile(toRW, 0.5).Milliseconds()), "p50-ms")
+			b.ReportMetric(float64(percentile(toRW, 0.95).Milliseconds()), "p95-ms")
+			b.ReportMetric(float64(twoWriters.Milliseconds()), "two-writers-ms")
+			b.ReportMetric(float64(lost), "lost-set-aside")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
