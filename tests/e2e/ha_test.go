@@ -689,7 +689,7 @@ func TestSwitchoverUnderWrites(t *testing.T) {
 			db, open := haDatabase(t, d, "sw", 2)
 			ns := db.Namespace
 			ctx := context.Background()
-			stopWriting := writeThroughRW(db, open)
+			stopWriting := writeThroughRW(d, db, open)
 			time.Sleep(time.Second)
 			old, target := db.Name+"-0", db.Name+"-1"
 			oldPod, err := cs.CoreV1().Pods(ns).Get(ctx, old, metav1.GetOptions{})
@@ -742,36 +742,9 @@ func TestSwitchoverUnderWrites(t *testing.T) {
 // the -rw Service, as it resolves at each write (a new connection each
 // time, as a pool after a failed write would), and returns a stop function
 // that ends it and returns the ids of the writes the servers acknowledged.
-func writeThroughRW(db *dbv1.Database, open func(string) *sql.DB) (stop func() []int) {
-	r := clusterResolver()
-	var acked []int
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 1; ; i++ {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			addrs, err := r.LookupHost(ctx, fmt.Sprintf("%s-rw.%s.svc.cluster.local", db.Name, db.Namespace))
-			cancel()
-			if err == nil && len(addrs) == 1 {
-				c := open(addrs[0])
-				if execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'w')", i)) == nil {
-					acked = append(acked, i)
-				}
-				_ = c.Close()
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	return func() []int {
-		close(quit)
-		<-done
-		return acked
-	}
+func writeThroughRW(d dialect, db *dbv1.Database, open func(string) *sql.DB) (stop func() []int) {
+	stopTimed := writeThroughRWTimed(d, db, open, 1)
+	return func() []int { return ids(stopTimed()) }
 }
 
 // noAckedWriteLost fails the test unless primary holds every acknowledged
@@ -822,7 +795,7 @@ func TestRollingChangeSwitchesOver(t *testing.T) {
 			ns := db.Namespace
 			ctx := context.Background()
 			old, next := db.Name+"-0", db.Name+"-1"
-			stopWriting := writeThroughRW(db, open)
+			stopWriting := writeThroughRW(d, db, open)
 			time.Sleep(time.Second)
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
 				t.Fatal(err)

@@ -72,6 +72,15 @@ done`, password, password, from, int(duration.Seconds()), one)
 	}
 }
 
+// ids are the acknowledged writes' ids.
+func ids(acks []ack) []int {
+	out := make([]int, len(acks))
+	for i, a := range acks {
+		out[i] = a.id
+	}
+	return out
+}
+
 func parseAcks(out []byte) []ack {
 	var acks []ack
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -221,11 +230,7 @@ func partitionOnce(t testing.TB, d dialect) partition {
 
 	heal()
 	waitRunning(t, db, 2, 3*time.Minute)
-	rwIDs := make([]int, len(rwAcks))
-	for i, a := range rwAcks {
-		rwIDs[i] = a.id
-	}
-	have := noAckedWriteLost(t, open(podIP(t, ns, repl)), rwIDs)
+	have := noAckedWriteLost(t, open(podIP(t, ns, repl)), ids(rwAcks))
 	for _, a := range oldAcks {
 		if !have[a.id] {
 			res.lost++
