@@ -547,19 +547,5 @@ func (a *Agent) notReady() string {
 func Probe(ctx context.Context, listen, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+listen+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var b [512]byte
-		n, _ := resp.Body.Read(b[:])
-		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b[:n])))
-	}
-	return nil
+	return call(ctx, http.MethodGet, "http://"+listen+path, "", nil)
 }

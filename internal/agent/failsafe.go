@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -163,23 +162,7 @@ func (a *Agent) askPeer(ctx context.Context, peer string) error {
 	if a.peerAddr != nil {
 		addr = a.peerAddr(peer)
 	}
-	url := "http://" + addr + "/v1/confirm?primary=" + a.cfg.Pod
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+a.cfg.PeerToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var b [256]byte
-		k, _ := resp.Body.Read(b[:])
-		return errors.New(resp.Status + ": " + strings.TrimSpace(string(b[:k])))
-	}
-	return nil
+	return call(ctx, http.MethodPost, "http://"+addr+"/v1/confirm?primary="+a.cfg.Pod, a.cfg.PeerToken, nil)
 }
 
 // AskPromoting tells the member at addr (host:port of its peer channel)
@@ -187,18 +170,33 @@ func (a *Agent) askPeer(ctx context.Context, peer string) error {
 // confirmation of another primary still runs.
 func AskPromoting(ctx context.Context, addr, token string) (Promoting, error) {
 	var p Promoting
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/promoting", nil)
+	err := call(ctx, http.MethodPost, "http://"+addr+"/v1/promoting", token, &p)
+	return p, err
+}
+
+// call makes one request to an agent (its probes or peer channel), with
+// token as a bearer token when set; a status other than 200 is an error
+// that carries the agent's own words, and out, when set, gets the JSON body.
+func call(ctx context.Context, method, url, token string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
-		return p, err
+		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return p, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return p, fmt.Errorf("the agent at %s answered %s", addr, resp.Status)
+		var b [512]byte
+		n, _ := resp.Body.Read(b[:])
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b[:n])))
 	}
-	return p, json.NewDecoder(resp.Body).Decode(&p)
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
 }
