@@ -36,6 +36,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.engine != 'postgresql' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version",message="PostgreSQL major version cannot change in place (the data directory needs pg_upgrade); restore a backup into a new Database instead",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version || (oldSelf.version == '10.11' && self.version in ['11.4', '11.8']) || (oldSelf.version == '11.4' && self.version == '11.8')",message="MariaDB version cannot be downgraded: its data files are not backward compatible",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap only applies when a Database is created and cannot be added, changed or removed; restore into a new Database instead",fieldPath=.bootstrap
+// +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.mode) || self.replication.mode != 'Synchronous' || ((has(self.replicas) ? self.replicas : 1) > (has(self.replication.synchronousReplicas) ? self.replication.synchronousReplicas : 1))",message="synchronous replication waits for replication.synchronousReplicas (default 1) replicas per commit, so replicas must be above it: add replicas, lower synchronousReplicas, or set replication.mode Asynchronous first",fieldPath=.replication
+// +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(self.replication) || !has(self.replication.synchronousReplicas) || self.replication.synchronousReplicas == 1",message="MariaDB semi-synchronous replication acknowledges after one replica: replication.synchronousReplicas must be 1",fieldPath=.replication.synchronousReplicas
 type DatabaseSpec struct {
 	// Engine is the database server: postgresql, mysql or mariadb. It cannot
 	// change after creation.
@@ -84,6 +86,11 @@ type DatabaseSpec struct {
 	// +optional
 	Failover FailoverSpec `json:"failover,omitempty"`
 
+	// Replication says when the primary acknowledges a commit: at once
+	// (Asynchronous, the default) or once replicas hold it (Synchronous).
+	// +optional
+	Replication ReplicationSpec `json:"replication,omitempty"`
+
 	// Primary names the instance pod (<name>-<ordinal>) that should be the
 	// primary. Setting it to another pod than status.currentPrimary asks for
 	// a switchover: the current primary is fenced, the target applies
@@ -129,6 +136,54 @@ type FailoverSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	MaxLag *int64 `json:"maxLag,omitempty"`
+}
+
+// ReplicationMode says when the primary acknowledges a commit.
+// +kubebuilder:validation:Enum=Asynchronous;Synchronous
+type ReplicationMode string
+
+const (
+	// ReplicationAsynchronous acknowledges a commit once the primary holds
+	// it: a failover may lose the last writes (it sets them aside).
+	ReplicationAsynchronous ReplicationMode = "Asynchronous"
+	// ReplicationSynchronous acknowledges a commit only once
+	// synchronousReplicas replicas hold it on disk: a failover loses no
+	// acknowledged write, and the primary stops acknowledging writes while
+	// fewer replicas than that are connected.
+	ReplicationSynchronous ReplicationMode = "Synchronous"
+)
+
+// ReplicationSpec is how the primary's writes reach the replicas.
+//
+// PostgreSQL: synchronous_standby_names = 'ANY k (*)'. MariaDB:
+// semi-synchronous replication (AFTER_SYNC), which acknowledges after one
+// replica, and whose fallback to asynchronous replication is put off for
+// 49 days (its largest timeout). MySQL: semi-synchronous, k replicas.
+// +kubebuilder:validation:XValidation:rule="!has(self.synchronousReplicas) || self.mode == 'Synchronous'",message="synchronousReplicas applies only to mode Synchronous",fieldPath=.synchronousReplicas
+type ReplicationSpec struct {
+	// Mode is Asynchronous (the default) or Synchronous.
+	// +kubebuilder:default=Asynchronous
+	// +optional
+	Mode ReplicationMode `json:"mode,omitempty"`
+
+	// SynchronousReplicas (k, with mode Synchronous) is how many replicas
+	// must hold a commit before the primary acknowledges it. Default 1;
+	// below spec.replicas. MariaDB waits for one replica only.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +optional
+	SynchronousReplicas *int32 `json:"synchronousReplicas,omitempty"`
+}
+
+// SynchronousReplicas is k when replication is synchronous, else 0.
+func (s *DatabaseSpec) SynchronousReplicas() int32 {
+	if s.Replication.Mode != ReplicationSynchronous {
+		return 0
+	}
+	if k := s.Replication.SynchronousReplicas; k != nil {
+		return *k
+	}
+	return 1
 }
 
 // FailoverRecord describes one automatic failover.

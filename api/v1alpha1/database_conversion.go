@@ -48,7 +48,7 @@ var (
 // Struct-valued (not pointer) fields of the v1 spec, which encode as {}
 // when zero: not worth carrying. A pointer to an empty struct also encodes
 // as {} and is carried, or it would come back nil.
-var zeroStructSpec = []string{"resources", "failover"}
+var zeroStructSpec = []string{"resources", "failover", "replication"}
 
 // rest encodes v and returns its fields but those named in drop, those
 // that encode as null, and those named in dropEmpty that encode as {}.

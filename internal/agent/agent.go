@@ -62,6 +62,16 @@ const DefaultLeaseDuration = 15 * time.Second
 // count, kept by the operator.
 const MembersAnnotation = "database.example.com/members"
 
+// MaxLagAnnotation, on the primary Lease, is spec.failover.maxLag (absent:
+// no bound), kept by the operator: a replica further behind than that is
+// not ready, so it leaves the read-only Service, as it is not promoted.
+const MaxLagAnnotation = "database.example.com/max-lag"
+
+// replicationGrace is how long a replica may go without streaming (its
+// start, a new primary to follow) before it is not ready (a variable:
+// the unit tests shorten it).
+var replicationGrace = 10 * time.Second
+
 // startupWindow is how long a starting server (initdb, crash recovery) may
 // take before its first answer while its agent still renews the Lease.
 const startupWindow = 10 * time.Minute
@@ -110,6 +120,7 @@ type Agent struct {
 	holder   string
 	duration time.Duration
 	members  int
+	maxLag   int64 // -1: no bound
 	// The failsafe: the primary this member last confirmed and until when
 	// (duration plus margin), and whether the operator is promoting it.
 	confirmedFor   string
@@ -123,13 +134,18 @@ type Agent struct {
 	answered, childStarted time.Time
 	everAnswered           bool
 	writable               bool
-	running                bool
-	child                  *exec.Cmd
-	demoted                bool
+	// A replica's replication, as last checked: when it last streamed (or
+	// its server started), and how much it received but has not applied.
+	replica  bool
+	streamed time.Time
+	behind   int64
+	running  bool
+	child    *exec.Cmd
+	demoted  bool
 }
 
 // New makes an agent.
-func New(cfg Config) *Agent { return &Agent{cfg: cfg, duration: DefaultLeaseDuration} }
+func New(cfg Config) *Agent { return &Agent{cfg: cfg, duration: DefaultLeaseDuration, maxLag: -1} }
 
 // Run supervises the server until ctx ends (the pod stops: the server gets
 // the same signal) or the server exits on its own (the agent returns its
@@ -307,6 +323,10 @@ func (a *Agent) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	if n, err := strconv.Atoi(l.Annotations[MembersAnnotation]); err == nil {
 		a.members = n
 	}
+	a.maxLag = -1
+	if n, err := strconv.ParseInt(l.Annotations[MaxLagAnnotation], 10, 64); err == nil && n >= 0 {
+		a.maxLag = n
+	}
 	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
 		a.duration = time.Duration(*s) * time.Second
 	}
@@ -421,8 +441,16 @@ func (a *Agent) checkLoop(ctx context.Context) {
 			st, err := check(ctx)
 			a.mu.Lock()
 			if err == nil {
-				a.answered, a.everAnswered = time.Now(), true
+				now := time.Now()
+				if !a.everAnswered || !a.replica {
+					a.streamed = now // the grace starts with the first answer as a replica
+				}
+				a.answered, a.everAnswered = now, true
 				a.writable = st.Role == engine.RolePrimary && !st.ReadOnly
+				a.replica, a.behind = st.Role == engine.RoleReplica, st.Behind
+				if st.Streaming {
+					a.streamed = now
+				}
 			}
 			a.mu.Unlock()
 		}
@@ -494,8 +522,9 @@ func (a *Agent) demote() {
 	_ = syscall.Kill(-a.child.Process.Pid, syscall.SIGKILL)
 }
 
-// probes serves /livez (the agent runs) and /readyz (the server answers
-// and, if it takes writes, holds the Lease).
+// probes serves /livez (the agent runs) and /readyz (the server can serve
+// its role now: it answers; a primary holds the Lease; a replica
+// replicates, within spec.failover.maxLag of what it received).
 func (a *Agent) probes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
@@ -538,6 +567,10 @@ func (a *Agent) notReady() string {
 		return "the server does not answer"
 	case a.writable && now.After(a.validUntil):
 		return "the server takes writes without the primary Lease"
+	case a.replica && now.Sub(a.streamed) > replicationGrace:
+		return fmt.Sprintf("the replica has not replicated for %s", now.Sub(a.streamed).Round(time.Second))
+	case a.replica && a.maxLag >= 0 && a.behind > a.maxLag:
+		return fmt.Sprintf("the replica is %d behind what it received, beyond spec.failover.maxLag %d", a.behind, a.maxLag)
 	}
 	return ""
 }

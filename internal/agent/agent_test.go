@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -106,7 +107,7 @@ func (h *harness) setWritable(w bool) {
 	if w {
 		h.status.Store(engine.Status{Role: engine.RolePrimary})
 	} else {
-		h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true})
+		h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true, Streaming: true})
 	}
 }
 
@@ -353,4 +354,32 @@ func TestOrphansAreReaped(t *testing.T) {
 	if z := zombieChildren(os.Getpid()); len(z) > 0 {
 		t.Errorf("zombie children left: %v", z)
 	}
+}
+
+// TestReplicaReadiness: a replica is ready for -ro only while it
+// replicates (a grace after it stops: a new primary to follow) and, with
+// spec.failover.maxLag on the Lease, while what it received but has not
+// applied stays within it.
+func TestReplicaReadiness(t *testing.T) {
+	defer func(g time.Duration) { replicationGrace = g }(replicationGrace)
+	replicationGrace = 300 * time.Millisecond
+	l := lease("db-0")
+	l.Annotations = map[string]string{MaxLagAnnotation: "100"}
+	h := start(t, "db-1", l, false)
+	ready := func(want string) {
+		t.Helper()
+		waitFor(t, fmt.Sprintf("readiness %q", want), 5*time.Second, func() bool {
+			why := h.agent.notReady()
+			return (want == "") == (why == "") && strings.Contains(why, want)
+		})
+	}
+	ready("")
+	h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true, Streaming: true, Behind: 101})
+	ready("beyond spec.failover.maxLag 100")
+	h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true, Streaming: true, Behind: 100})
+	ready("")
+	h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true})
+	ready("the replica has not replicated for")
+	h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true, Streaming: true})
+	ready("")
 }

@@ -189,9 +189,12 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 	return job, nil
 }
 
+// databaseContainerName is the chart's server container (the agent's).
+const databaseContainerName = "database"
+
 func databaseContainer(pod *corev1.Pod) *corev1.Container {
 	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == "database" {
+		if pod.Spec.Containers[i].Name == databaseContainerName {
 			return &pod.Spec.Containers[i]
 		}
 	}

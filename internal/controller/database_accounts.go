@@ -135,6 +135,11 @@ func (r *DatabaseReconciler) keepAccount(ctx context.Context, db *dbv1.Database,
 	if st.Role != engine.RolePrimary || st.ReadOnly {
 		return notYet(pod.Name + " does not serve writes") // never write through a fence
 	}
+	if k := int(db.Spec.SynchronousReplicas()); st.SyncReplicas < k {
+		// The statement would wait for them, holding MariaDB's privilege
+		// lock: no client, nor a replica's clone, could log in meanwhile.
+		return notYet(fmt.Sprintf("%d of the %d synchronous replicas a commit waits for are connected", st.SyncReplicas, k))
+	}
 	if err := inst.EnsureAccount(ctx, acct); err != nil {
 		return fmt.Errorf("setting account %s on %s: %w", acct.User, pod.Name, err)
 	}

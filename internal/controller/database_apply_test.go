@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -195,6 +196,43 @@ func TestRenderConcurrently(t *testing.T) {
 	for range 8 {
 		if err := <-errs; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestSynchronousReplicationSettings: synchronous replication reaches each
+// engine's configuration, and asynchronous leaves none of it behind.
+func TestSynchronousReplicationSettings(t *testing.T) {
+	r := loadChart(t)
+	want := map[dbv1.Engine][]string{
+		dbv1.EnginePostgreSQL: {"synchronous_standby_names = 'ANY 2 (*)'"},
+		dbv1.EngineMariaDB:    {"rpl-semi-sync-slave-enabled = ON", "rpl-semi-sync-master-wait-point = AFTER_SYNC", "rpl-semi-sync-master-timeout = 4294967295"},
+		dbv1.EngineMySQL:      {"plugin-load-add = semisync_source.so", "rpl-semi-sync-source-wait-for-replica-count = 2", "rpl-semi-sync-source-timeout = 4294967295"},
+	}
+	for _, e := range dbv1.Engines() {
+		for _, sync := range []bool{false, true} {
+			db := newDB(e, func(db *dbv1.Database) {
+				db.Spec.Replicas = 3
+				if sync {
+					k := int32(2)
+					if e == dbv1.EngineMariaDB {
+						k = 1
+					}
+					db.Spec.Replication = dbv1.ReplicationSpec{Mode: dbv1.ReplicationSynchronous, SynchronousReplicas: &k}
+				}
+			})
+			objs, err := desiredObjects(r, db, ValueOptions{OperatorImage: testOperatorImage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm := byKindName(objs)["ConfigMap/orders-config"]
+			data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+			conf := data["postgresql.conf"] + data["operator.cnf"]
+			for _, line := range want[e] {
+				if strings.Contains(conf, line) != sync {
+					t.Errorf("%s, synchronous %v: %q present %v\n%s", e, sync, line, !sync, conf)
+				}
+			}
 		}
 	}
 }

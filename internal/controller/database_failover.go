@@ -130,6 +130,14 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 			return nil
 		}
 	}
+	if need, seen := synchronousQuorum(db, pods, cands); seen < need {
+		r.event(db, corev1.EventTypeWarning, "SynchronousStandbysUnreachable", "Failover",
+			"Primary %s failed; not promoting: synchronous replication acknowledged each write once %d replica(s) held it, so only the furthest of %d replicas is sure to hold every acknowledged write, and %d answer (unreachable: %v)",
+			primary, db.Spec.SynchronousReplicas(), need, seen, unreachable)
+		obs.requeueWithin(primarySampleInterval)
+		return fmt.Errorf("primary %s failed and only %d of the %d replicas synchronous replication needs answer, so a promotion could lose acknowledged writes (unreachable: %v)",
+			primary, seen, need, unreachable)
+	}
 	var bound *lagBound
 	if db.Spec.Failover.MaxLag != nil {
 		last, ok := r.lastPrimaryPosition(ctx, db)
@@ -194,6 +202,11 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(db), why),
 	}
 
+	// The replicas about to follow stream through their slots, and the old
+	// primary's keeps the WAL its rewind will need.
+	if err := r.keepSlots(ctx, db, obs, best.inst, best.pod.Name, pods); err != nil {
+		logger.Error(err, "replication slots on the new primary; the Rejoin phase tries again", "primary", best.pod.Name)
+	}
 	newPrimary, err := obs.instances.endpoint(ctx, best.pod)
 	if err != nil {
 		return err
@@ -214,6 +227,26 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		return fmt.Errorf("re-pointing replicas at %s: %w", best.pod.Name, errors.Join(followErrs...))
 	}
 	return nil
+}
+
+// synchronousQuorum is how many replicas' positions a failover must see
+// (need) and how many it sees. With synchronous replication every
+// acknowledged commit is on at least k of the n replicas, so the furthest
+// of any n-k+1 of them holds it; with fewer, the one promoted might lack
+// acknowledged writes. n counts every replica that exists or should: one
+// that is missing may be one that acknowledged. Asynchronous: need 0.
+func synchronousQuorum(db *dbv1.Database, pods []corev1.Pod, cands []candidate) (need, seen int) {
+	k := int(db.Spec.SynchronousReplicas())
+	if k == 0 {
+		return 0, 0
+	}
+	n := max(int(db.Spec.Replicas), len(pods)) - 1
+	for _, c := range cands {
+		if c.status.Role == engine.RoleReplica {
+			seen++
+		}
+	}
+	return max(n-k+1, 1), seen
 }
 
 // lagBound is spec.failover.maxLag against the primary's last seen position.

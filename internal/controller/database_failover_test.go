@@ -41,6 +41,12 @@ func (fakeInstance) Lag(replica, primary engine.Position) (int64, error) {
 	return int64(primary.LSN - replica.LSN), nil
 }
 
+func (fakeInstance) KeepSlots(context.Context, string, []string) (engine.Slots, error) {
+	return engine.Slots{}, nil
+}
+
+func (fakeInstance) DropSlot(context.Context, string) error { return nil }
+
 func cand(name string, role engine.Role, applied, received engine.LSN) candidate {
 	return candidate{
 		pod:    &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}},
@@ -195,6 +201,51 @@ func TestFailoverDuringRollout(t *testing.T) {
 			}
 			if started := got.Status.PrimaryUnhealthySince != nil; started != tt.wantCountdown {
 				t.Errorf("failover countdown started: %v, want %v (primaryUnhealthySince %v)", started, tt.wantCountdown, got.Status.PrimaryUnhealthySince)
+			}
+		})
+	}
+}
+
+// TestSynchronousQuorum: with k of n replicas acknowledging each commit, a
+// failover must see n-k+1 replicas' positions; a missing pod still counts
+// as a replica that may have acknowledged.
+func TestSynchronousQuorum(t *testing.T) {
+	pods := func(n int) []corev1.Pod { return make([]corev1.Pod, n) }
+	replicas := func(n int) []candidate {
+		var out []candidate
+		for i := range n {
+			out = append(out, cand(fmt.Sprintf("orders-%d", i+1), engine.RoleReplica, 1, 1))
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name           string
+		replicas, k    int32
+		pods           int
+		cands          []candidate
+		need, seen     int
+		wantPromotable bool
+	}{
+		{name: "asynchronous", replicas: 3, pods: 3, cands: replicas(1), wantPromotable: true},
+		{name: "any 1 of 2, both answer", replicas: 3, k: 1, pods: 3, cands: replicas(2), need: 2, seen: 2, wantPromotable: true},
+		{name: "any 1 of 2, a standby lost with the primary", replicas: 3, k: 1, pods: 3, cands: replicas(1), need: 2, seen: 1},
+		{name: "any 2 of 2, one answers", replicas: 3, k: 2, pods: 3, cands: replicas(1), need: 1, seen: 1, wantPromotable: true},
+		{name: "any 1 of 1", replicas: 2, k: 1, pods: 2, cands: replicas(1), need: 1, seen: 1, wantPromotable: true},
+		{name: "a replica's pod is missing", replicas: 3, k: 1, pods: 2, cands: replicas(1), need: 2, seen: 1},
+		{name: "scaled down, pods not yet gone", replicas: 2, k: 1, pods: 3, cands: replicas(1), need: 2, seen: 1},
+		{name: "a fenced primary is no replica", replicas: 2, k: 1, pods: 2,
+			cands: []candidate{cand("orders-1", engine.RolePrimary, 1, 1)}, need: 1, seen: 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = tt.replicas
+				if tt.k > 0 {
+					db.Spec.Replication = dbv1.ReplicationSpec{Mode: dbv1.ReplicationSynchronous, SynchronousReplicas: &tt.k}
+				}
+			})
+			need, seen := synchronousQuorum(db, pods(tt.pods), tt.cands)
+			if need != tt.need || seen != tt.seen || (seen >= need) != tt.wantPromotable {
+				t.Errorf("need %d, seen %d; want need %d, seen %d, promotable %v", need, seen, tt.need, tt.seen, tt.wantPromotable)
 			}
 		})
 	}

@@ -185,6 +185,18 @@ func (l loggedInstance) EnsureAccount(ctx context.Context, a engine.Account) err
 	return l.act("account", func() error { return l.Instance.EnsureAccount(ctx, a) }, "user", a.User, "replication", a.Replication)
 }
 
+func (l loggedInstance) KeepSlots(ctx context.Context, prefix string, names []string) (engine.Slots, error) {
+	out, err := l.Instance.KeepSlots(ctx, prefix, names)
+	if len(out.Created) > 0 || len(out.Dropped) > 0 {
+		l.log.Info("replication slots changed", "action", "slots", "created", out.Created, "dropped", out.Dropped)
+	}
+	return out, err
+}
+
+func (l loggedInstance) DropSlot(ctx context.Context, name string) error {
+	return l.act("drop slot", func() error { return l.Instance.DropSlot(ctx, name) }, "slot", name)
+}
+
 // close ends every connection the reconcile opened.
 func (s *instanceSet) close() {
 	for _, inst := range s.all {

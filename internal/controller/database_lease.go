@@ -125,12 +125,16 @@ func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Databa
 	l := &coordinationv1.Lease{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l)
 	members := strconv.Itoa(int(max(db.Spec.Replicas, 1)))
+	maxLag := "" // no bound: no annotation
+	if m := db.Spec.Failover.MaxLag; m != nil {
+		maxLag = strconv.FormatInt(*m, 10)
+	}
 	seconds := int32(r.leaseDuration() / time.Second)
 	if apierrors.IsNotFound(err) {
 		now := metav1.NewMicroTime(r.now())
 		l = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: leaseLabels(db),
-				Annotations: map[string]string{agent.MembersAnnotation: members}},
+				Annotations: leaseAnnotations(nil, members, maxLag)},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(primaryName(db, obs)), LeaseDurationSeconds: &seconds,
 				AcquireTime: &now, RenewTime: &now},
 		}
@@ -163,18 +167,31 @@ func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Databa
 	if err != nil {
 		return fmt.Errorf("reading the primary Lease: %w", err)
 	}
-	if l.Annotations[agent.MembersAnnotation] == members && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) == seconds {
+	want := leaseAnnotations(l.Annotations, members, maxLag)
+	if maps.Equal(l.Annotations, want) && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) == seconds {
 		return nil
 	}
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
-	}
-	l.Annotations[agent.MembersAnnotation] = members
+	l.Annotations = want
 	l.Spec.LeaseDurationSeconds = &seconds
 	if err := r.Update(ctx, l); err != nil {
 		return fmt.Errorf("updating the primary Lease: %w", err)
 	}
 	return nil
+}
+
+// leaseAnnotations are a Lease's annotations with what the agents read
+// from it: the instance count and spec.failover.maxLag (absent: no bound).
+func leaseAnnotations(have map[string]string, members, maxLag string) map[string]string {
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out[agent.MembersAnnotation] = members
+	delete(out, agent.MaxLagAnnotation)
+	if maxLag != "" {
+		out[agent.MaxLagAnnotation] = maxLag
+	}
+	return out
 }
 
 // takeLease hands the primary Lease to pod before it is promoted. It does

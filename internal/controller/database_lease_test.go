@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
 )
 
 // TestLeaseClock: a Lease's expiry counts from when the operator first saw
@@ -70,5 +71,33 @@ func TestTakeLease(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil || holderOf(l) != db.Name+"-1" || ptr.Deref(l.Spec.LeaseTransitions, 0) != 1 {
 		t.Fatalf("after the move: holder %q, transitions %v (%v)", holderOf(l), l.Spec.LeaseTransitions, err)
+	}
+}
+
+// TestLeaseCarriesTheLagBound: spec.failover.maxLag reaches the agents on
+// the Lease (their replicas' readiness), and leaves it when unset.
+func TestLeaseCarriesTheLagBound(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Spec.Replicas = 2; db.Spec.Failover.MaxLag = ptr.To[int64](4096) })
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, db)
+	r.leases = &leaseClock{}
+	l := &coordinationv1.Lease{}
+	for _, want := range []string{"4096", "8192", ""} {
+		if want == "8192" {
+			db.Spec.Failover.MaxLag = ptr.To[int64](8192)
+		} else if want == "" {
+			db.Spec.Failover.MaxLag = nil
+		}
+		if err := r.reconcileLease(ctx, db, &observed{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := l.Annotations[agent.MaxLagAnnotation]
+		if got != want || ok != (want != "") || l.Annotations[agent.MembersAnnotation] != "2" {
+			t.Errorf("maxLag %q: Lease annotations %v", want, l.Annotations)
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // at when nothing else brings a reconcile.
 const replicaCheckInterval = 30 * time.Second
 
-// reconcileRejoin brings every other ready instance under the current
+// reconcileRejoin brings every other running instance under the current
 // primary. A former primary that came back writable is fenced at once (two
 // primaries never take writes); then PostgreSQL is restarted so its start
 // script rewinds it (pg_rewind) into a standby, and MySQL/MariaDB follows
@@ -57,9 +57,14 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	}
 	p := &rejoin{r: r, db: db, obs: obs, repl: repl, primaryPod: primaryPod, primaryEP: target}
 	var errs []error
+	if prim, err := obs.instances.get(ctx, primaryPod); err == nil {
+		if err := r.keepSlots(ctx, db, obs, prim, name, pods); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for i := range pods {
 		pod := &pods[i]
-		if pod.Name == name || !pod.DeletionTimestamp.IsZero() || !podReady(pod) {
+		if pod.Name == name || !pod.DeletionTimestamp.IsZero() || !podStarted(pod) {
 			continue
 		}
 		if err := p.instance(ctx, pod); err != nil {
@@ -93,17 +98,24 @@ func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
 	}
 	// A standby whose receiver is down reports no source; re-pointing it
 	// is harmless when it was right, and heals it when it was not.
+	why := fmt.Sprintf("%s replicated from %q", pod.Name, st.Source)
 	if st.Source == p.primaryEP.String() {
 		if st.SourceLost != "" {
 			p.rebuild(pod, "Rebuild", "ReplicaCannotCatchUp", fmt.Sprintf("%s can never catch up with %s, which no longer holds what it needs next (%s)",
 				pod.Name, p.primaryPod.Name, st.SourceLost))
+			return nil
 		}
-		return nil
+		if st.Streaming || podReady(pod) {
+			return nil
+		}
+		// Unready: its agent saw it not replicate for longer than a
+		// reconnect takes (replication stopped by hand, a broken stream).
+		why = fmt.Sprintf("%s was not replicating from %s", pod.Name, p.primaryPod.Name)
 	}
 	if err := inst.Follow(ctx, p.primaryEP, p.repl); err != nil {
 		return fmt.Errorf("re-pointing at %s: %w", p.primaryPod.Name, err)
 	}
-	p.r.event(p.db, corev1.EventTypeNormal, "ReplicaRepointed", "Rejoin", "%s replicated from %q; it now follows %s", pod.Name, st.Source, p.primaryPod.Name)
+	p.r.event(p.db, corev1.EventTypeNormal, "ReplicaRepointed", "Rejoin", "%s; it now follows %s", why, p.primaryPod.Name)
 	return nil
 }
 

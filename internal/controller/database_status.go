@@ -287,6 +287,21 @@ func ptrValue(p *int32) int32 {
 	return *p
 }
 
+// podStarted: the pod's database container runs, ready or not. A replica
+// that does not replicate is not ready (out of -ro) until it is re-pointed
+// or rebuilt, so Rejoin looks at started pods, not only ready ones.
+func podStarted(p *corev1.Pod) bool {
+	if podReady(p) {
+		return true
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == databaseContainerName {
+			return c.State.Running != nil
+		}
+	}
+	return false
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -94,6 +94,11 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 		return err
 	}
 	obs.promoted = target
+	if inst, err := obs.instances.get(ctx, targetPod); err == nil {
+		if err := r.keepSlots(ctx, db, obs, inst, target, pods); err != nil {
+			log.FromContext(ctx).Error(err, "replication slots on the new primary; the Rejoin phase tries again", "primary", target)
+		}
+	}
 
 	endpoint, err := obs.instances.endpoint(ctx, targetPod)
 	if err != nil {

@@ -122,7 +122,19 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"operatorNamespace": opts.OperatorNamespace,
 		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
 		"agentImage":        opts.OperatorImage,
+		"replication": map[string]any{
+			"synchronousReplicas":  int64(db.Spec.SynchronousReplicas()),
+			"maxSlotWALKeepSizeMB": slotWALBoundMB(db.Spec.Storage.Size),
+		},
 	}
+}
+
+// slotWALBoundMB bounds the WAL a PostgreSQL primary keeps for a replica
+// that does not take it (down, or far behind): a quarter of the volume,
+// at least 64 MB. Past it the replica's slot is lost and it is rebuilt,
+// rather than the primary's disk filling up.
+func slotWALBoundMB(size resource.Quantity) int64 {
+	return max(size.Value()/4/(1<<20), 64)
 }
 
 // resourceValues turns resource requirements into chart values. A user who

@@ -35,6 +35,7 @@ func TestChartValues(t *testing.T) {
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
 			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication", "operatorNamespace": "",
 			"networkPolicy": map[string]any{"enabled": true}, "agentImage": "",
+			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
 		}
 	}
 	tests := []struct {
@@ -57,6 +58,15 @@ func TestChartValues(t *testing.T) {
 				m["version"], m["image"], m["replicas"], m["operatorNamespace"] = "10.11", "mirror/mariadb:10.11.9", int64(3), "operators"
 				m["agentImage"] = "example.com/op:v1"
 				m["storage"] = map[string]any{"size": "10Gi", "storageClassName": "fast"}
+			},
+		},
+		{
+			name: "synchronous replication, k defaulted",
+			db: newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas, db.Spec.Replication.Mode = 3, dbv1.ReplicationSynchronous
+			}),
+			want: func(m map[string]any) {
+				m["replicas"], m["replication"] = int64(3), map[string]any{"synchronousReplicas": int64(1), "maxSlotWALKeepSizeMB": int64(2560)}
 			},
 		},
 		{
@@ -85,6 +95,15 @@ func TestChartValues(t *testing.T) {
 			want: func(m map[string]any) {
 				m["resources"] = map[string]any{"requests": map[string]any{"cpu": "500m"}}
 				m["storage"] = map[string]any{"size": "1Gi"}
+				m["replication"] = map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(256)}
+			},
+		},
+		{
+			name: "a small volume keeps at least 64 MB of WAL for a replica",
+			db:   newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("100Mi") }),
+			want: func(m map[string]any) {
+				m["storage"] = map[string]any{"size": "100Mi"}
+				m["replication"] = map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(64)}
 			},
 		},
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -79,6 +80,13 @@ type Status struct {
 	Source string
 	// Streaming is true when a replica is connected to its source.
 	Streaming bool
+	// Behind, on a replica, is how much it received but has not applied
+	// yet: bytes of WAL (PostgreSQL), transactions (MySQL, MariaDB).
+	Behind int64
+	// SyncReplicas, on a primary, is how many replicas acknowledge its
+	// commits now (PostgreSQL: synchronous standbys; MySQL and MariaDB:
+	// semi-synchronous replicas); 0 with asynchronous replication.
+	SyncReplicas int
 	// SourceLost, on a replica, is why it can never catch up with its
 	// source (the server's own words), when that is so: the source no
 	// longer holds what the replica needs next. Only a rebuild helps.
@@ -136,7 +144,27 @@ type Instance interface {
 	// ok is false when this server is still on tli. MySQL and MariaDB
 	// have no timelines (GTID sets show divergence): ErrNoTimelines.
 	ForkPoint(ctx context.Context, tli uint32) (fork Position, ok bool, err error)
+	// KeepSlots keeps, on a PostgreSQL primary, one physical replication
+	// slot per name (SlotName of each other instance): it creates those
+	// missing, drops those whose names start with prefix that are not
+	// listed, and reports the slots that lost WAL their replica still
+	// needed (past max_slot_wal_keep_size). A lost slot is kept until
+	// DropSlot, so the loss is seen until someone acts on it. MySQL and
+	// MariaDB keep binary logs instead: nothing to do.
+	KeepSlots(ctx context.Context, prefix string, names []string) (Slots, error)
+	// DropSlot drops one replication slot (a lost one, once its replica's
+	// rebuild is recorded); a slot that is not there is no error.
+	DropSlot(ctx context.Context, name string) error
 }
+
+// Slots is what KeepSlots changed and found.
+type Slots struct {
+	Created, Dropped, Lost []string
+}
+
+// SlotName is the replication slot of an instance pod: slot names allow
+// lower-case letters, digits and underscores only.
+func SlotName(pod string) string { return strings.ReplaceAll(pod, "-", "_") }
 
 // ErrNoTimelines: the engine keeps no timeline history (MySQL, MariaDB).
 var ErrNoTimelines = errors.New("the engine has no timelines")

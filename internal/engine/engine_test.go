@@ -102,7 +102,7 @@ func TestMySQLStatements(t *testing.T) {
 	if fmt.Sprint(follow) != fmt.Sprint(want) {
 		t.Errorf("follow:\n got %q\nwant %q", follow, want)
 	}
-	if got := d.promote(); fmt.Sprint(got) != fmt.Sprint([]string{"STOP REPLICA", "RESET REPLICA ALL", "SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}) {
+	if got := append(d.promote(), d.unfence()...); fmt.Sprint(got) != fmt.Sprint([]string{"STOP REPLICA", "RESET REPLICA ALL", "SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}) {
 		t.Errorf("promote: %q", got)
 	}
 	if got := d.fence(); fmt.Sprint(got) != "[SET GLOBAL super_read_only = ON]" {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,6 +18,10 @@ type dialect interface {
 	// positionQuery returns the executed GTID set of the instance.
 	positionQuery() string
 	replicaStatus() string
+	// syncClientsStatus is the status variable counting semi-synchronous replicas.
+	syncClientsStatus() string
+	semiSyncReplicaVar() string
+	semiSyncPrimaryVar() string
 	// receivedColumn is the replica-status column with the received GTIDs.
 	receivedColumn() string
 	ioRunningColumn() string
@@ -45,13 +50,14 @@ type dialect interface {
 
 type mysqlDialect struct{}
 
-func (mysqlDialect) name() string             { return "MySQL" }
-func (mysqlDialect) positionQuery() string    { return "SELECT @@GLOBAL.gtid_executed" }
-func (mysqlDialect) replicaStatus() string    { return "SHOW REPLICA STATUS" }
-func (mysqlDialect) receivedColumn() string   { return "Retrieved_Gtid_Set" }
-func (mysqlDialect) ioRunningColumn() string  { return "Replica_IO_Running" }
-func (mysqlDialect) sourceHostColumn() string { return "Source_Host" }
-func (mysqlDialect) sourcePortColumn() string { return "Source_Port" }
+func (mysqlDialect) name() string              { return "MySQL" }
+func (mysqlDialect) positionQuery() string     { return "SELECT @@GLOBAL.gtid_executed" }
+func (mysqlDialect) replicaStatus() string     { return "SHOW REPLICA STATUS" }
+func (mysqlDialect) syncClientsStatus() string { return "Rpl_semi_sync_source_clients" }
+func (mysqlDialect) receivedColumn() string    { return "Retrieved_Gtid_Set" }
+func (mysqlDialect) ioRunningColumn() string   { return "Replica_IO_Running" }
+func (mysqlDialect) sourceHostColumn() string  { return "Source_Host" }
+func (mysqlDialect) sourcePortColumn() string  { return "Source_Port" }
 
 // MySQL 8.4 rewrites the password out of its logs and binary log.
 func (mysqlDialect) account(a Account) []string {
@@ -81,9 +87,15 @@ func (mysqlDialect) fence() []string {
 func (mysqlDialect) unfence() []string {
 	return []string{"SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}
 }
-func (mysqlDialect) promote() []string {
-	return []string{"STOP REPLICA", "RESET REPLICA ALL", "SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}
-}
+
+// promote stops replicating; Promote then turns the semi-synchronous
+// primary side on (when configured) and lifts read-only (unfence).
+func (mysqlDialect) promote() []string { return []string{"STOP REPLICA", "RESET REPLICA ALL"} }
+
+// The semi-synchronous plugin's variables: the replica side is set by the
+// configuration (synchronous replication), the primary side by Promote.
+func (mysqlDialect) semiSyncReplicaVar() string { return "rpl_semi_sync_replica_enabled" }
+func (mysqlDialect) semiSyncPrimaryVar() string { return "rpl_semi_sync_source_enabled" }
 func (mysqlDialect) follow(p Endpoint, c Credentials) []string {
 	return []string{
 		"STOP REPLICA",
@@ -113,13 +125,14 @@ func (mysqlDialect) lag(r, p string) (int64, error)   { return mysqlGTIDLag(r, p
 
 type mariadbDialect struct{}
 
-func (mariadbDialect) name() string             { return "MariaDB" }
-func (mariadbDialect) positionQuery() string    { return "SELECT @@GLOBAL.gtid_current_pos" }
-func (mariadbDialect) replicaStatus() string    { return "SHOW SLAVE STATUS" }
-func (mariadbDialect) receivedColumn() string   { return "Gtid_IO_Pos" }
-func (mariadbDialect) ioRunningColumn() string  { return "Slave_IO_Running" }
-func (mariadbDialect) sourceHostColumn() string { return "Master_Host" }
-func (mariadbDialect) sourcePortColumn() string { return "Master_Port" }
+func (mariadbDialect) name() string              { return "MariaDB" }
+func (mariadbDialect) positionQuery() string     { return "SELECT @@GLOBAL.gtid_current_pos" }
+func (mariadbDialect) replicaStatus() string     { return "SHOW SLAVE STATUS" }
+func (mariadbDialect) syncClientsStatus() string { return "Rpl_semi_sync_master_clients" }
+func (mariadbDialect) receivedColumn() string    { return "Gtid_IO_Pos" }
+func (mariadbDialect) ioRunningColumn() string   { return "Slave_IO_Running" }
+func (mariadbDialect) sourceHostColumn() string  { return "Master_Host" }
+func (mariadbDialect) sourcePortColumn() string  { return "Master_Port" }
 
 // MariaDB has no super_read_only: read_only stops accounts without the
 // READ_ONLY ADMIN privilege (applications), and the operator's own
@@ -135,10 +148,10 @@ func (mariadbDialect) account(a Account) []string {
 		"ALTER USER " + user + " IDENTIFIED BY PASSWORD " + hash,
 	}, grants(a, user)...)
 }
-func (mariadbDialect) unfence() []string { return []string{"SET GLOBAL read_only = OFF"} }
-func (mariadbDialect) promote() []string {
-	return []string{"STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF"}
-}
+func (mariadbDialect) unfence() []string          { return []string{"SET GLOBAL read_only = OFF"} }
+func (mariadbDialect) promote() []string          { return []string{"STOP SLAVE", "RESET SLAVE ALL"} }
+func (mariadbDialect) semiSyncReplicaVar() string { return "rpl_semi_sync_slave_enabled" }
+func (mariadbDialect) semiSyncPrimaryVar() string { return "rpl_semi_sync_master_enabled" }
 func (mariadbDialect) follow(p Endpoint, c Credentials) []string {
 	return []string{
 		"STOP SLAVE",
@@ -278,6 +291,12 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 	}
 	st := Status{Role: RolePrimary, ReadOnly: readOnly, Applied: Position{GTID: executed}, Received: Position{GTID: executed}}
 	if len(row) == 0 {
+		// Unknown without semi-synchronous replication: no row, 0.
+		var name string
+		err := m.db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE '"+m.d.syncClientsStatus()+"'").Scan(&name, &st.SyncReplicas)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+		}
 		return st, nil
 	}
 	st.Role = RoleReplica
@@ -293,6 +312,9 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 		st.Source = h + ":" + row[m.d.sourcePortColumn()]
 	}
 	st.Received = Position{GTID: m.d.received(executed, strings.ReplaceAll(row[m.d.receivedColumn()], "\n", ""))}
+	if behind, err := m.d.lag(st.Applied.GTID, st.Received.GTID); err == nil {
+		st.Behind = behind
+	}
 	return st, nil
 }
 
@@ -308,16 +330,49 @@ func (m *mysqlFamily) EnsureAccount(ctx context.Context, a Account) error {
 	return m.exec(ctx, m.d.account(a))
 }
 
+// Promote applies what the replica received, stops replicating, and only
+// then, with the semi-synchronous primary side on (when configured), lets
+// writes in: no write is acknowledged before its replicas hold it.
 func (m *mysqlFamily) Promote(ctx context.Context) error {
 	if err := m.WaitApplied(ctx); err != nil {
 		return err
 	}
-	return m.exec(ctx, m.d.promote())
+	if err := m.exec(ctx, m.d.promote()); err != nil {
+		return err
+	}
+	if err := m.semiSyncPrimary(ctx, true); err != nil {
+		return err
+	}
+	return m.exec(ctx, m.d.unfence())
+}
+
+// semiSyncPrimary turns the semi-synchronous primary side on, for a
+// primary of a Database whose replication is synchronous (its replica
+// side, set by the configuration, says so), or off. A replica must have
+// it off: it logs what it applies, and would wait, applying, for
+// acknowledgements from replicas it does not have.
+func (m *mysqlFamily) semiSyncPrimary(ctx context.Context, primary bool) error {
+	var name, value string
+	err := m.db.QueryRowContext(ctx, "SHOW GLOBAL VARIABLES LIKE '"+m.d.semiSyncReplicaVar()+"'").Scan(&name, &value)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil // the plugin is not loaded (MySQL, asynchronous replication)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+	}
+	state := "OFF"
+	if primary && value == "ON" {
+		state = "ON"
+	}
+	return m.exec(ctx, []string{"SET GLOBAL " + m.d.semiSyncPrimaryVar() + " = " + state})
 }
 
 func (m *mysqlFamily) Follow(ctx context.Context, primary Endpoint, repl Credentials) error {
 	row, err := m.replicaRow(ctx)
 	if err != nil {
+		return err
+	}
+	if err := m.semiSyncPrimary(ctx, false); err != nil {
 		return err
 	}
 	stmts := m.d.follow(primary, repl)
@@ -352,6 +407,13 @@ func (m *mysqlFamily) WaitApplied(ctx context.Context) error {
 }
 
 func (m *mysqlFamily) Compare(a, b Position) (int, error) { return m.d.compare(a.GTID, b.GTID) }
+
+// KeepSlots: MySQL and MariaDB have no slots; binary logs serve replicas.
+func (m *mysqlFamily) KeepSlots(context.Context, string, []string) (Slots, error) {
+	return Slots{}, nil
+}
+
+func (m *mysqlFamily) DropSlot(context.Context, string) error { return nil }
 
 func (m *mysqlFamily) ForkPoint(context.Context, uint32) (Position, bool, error) {
 	return Position{}, false, ErrNoTimelines

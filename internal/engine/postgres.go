@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,14 +52,16 @@ func (p *postgres) Status(ctx context.Context) (Status, error) {
 		// The timeline is the first 8 hex digits of the current WAL file's
 		// name: right after a promotion, unlike the checkpoint's timeline.
 		var lsnText, walFile string
-		if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn())`).Scan(&lsnText, &walFile); err != nil {
+		var sync int
+		if err := p.conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_walfile_name(pg_current_wal_lsn()),
+			(SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))`).Scan(&lsnText, &walFile, &sync); err != nil {
 			return Status{}, fmt.Errorf("PostgreSQL %s: reading WAL position: %w", p.ep, err)
 		}
 		pos, err := pgPosition(walFile[:8], lsnText)
 		if err != nil {
 			return Status{}, err
 		}
-		return Status{Role: RolePrimary, ReadOnly: readOnly == "on", Received: pos, Applied: pos}, nil
+		return Status{Role: RolePrimary, ReadOnly: readOnly == "on", Received: pos, Applied: pos, SyncReplicas: sync}, nil
 	}
 
 	var received, replayed *string
@@ -96,6 +100,7 @@ func (p *postgres) Status(ctx context.Context) (Status, error) {
 			st.Received = st.Applied
 		}
 	}
+	st.Behind = int64(st.Received.LSN - st.Applied.LSN)
 	return st, nil
 }
 
@@ -374,6 +379,63 @@ func conninfoValue(s string) string {
 }
 
 // sqlLiteral quotes a string as a standard SQL literal.
+func (p *postgres) KeepSlots(ctx context.Context, prefix string, names []string) (Slots, error) {
+	var out Slots
+	rows, err := p.conn.Query(ctx, `SELECT slot_name, coalesce(wal_status, '') FROM pg_replication_slots
+		WHERE slot_type = 'physical' AND starts_with(slot_name, $1)`, prefix)
+	if err != nil {
+		return out, fmt.Errorf("PostgreSQL %s: listing replication slots: %w", p.ep, err)
+	}
+	have := map[string]string{}
+	for rows.Next() {
+		var name, status string
+		if err := rows.Scan(&name, &status); err != nil {
+			rows.Close()
+			return out, fmt.Errorf("PostgreSQL %s: listing replication slots: %w", p.ep, err)
+		}
+		have[name] = status
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("PostgreSQL %s: listing replication slots: %w", p.ep, err)
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(have)) {
+		switch {
+		case !slices.Contains(names, name):
+			if err := p.DropSlot(ctx, name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			out.Dropped = append(out.Dropped, name)
+		case have[name] == "lost":
+			out.Lost = append(out.Lost, name)
+		}
+	}
+	for _, name := range names {
+		if _, ok := have[name]; ok {
+			continue
+		}
+		// Reserved at once: the WAL from here on is kept for a replica
+		// that has not connected yet (a former primary, after a failover).
+		if _, err := p.conn.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true)`, name); err != nil {
+			errs = append(errs, fmt.Errorf("PostgreSQL %s: creating replication slot %s: %w", p.ep, name, err))
+			continue
+		}
+		out.Created = append(out.Created, name)
+	}
+	return out, errors.Join(errs...)
+}
+
+func (p *postgres) DropSlot(ctx context.Context, name string) error {
+	// A slot still in use (its walsender not yet gone) cannot be dropped:
+	// the error says so, and the next reconcile tries again.
+	if _, err := p.conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name); err != nil {
+		return fmt.Errorf("PostgreSQL %s: dropping replication slot %s: %w", p.ep, name, err)
+	}
+	return nil
+}
+
 func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // poll calls check every interval until it reports done, fails, or ctx ends.

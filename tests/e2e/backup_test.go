@@ -746,7 +746,13 @@ func eventsAbout(t testing.TB, ns, name string) []string {
 // starts with prefix.
 func waitEvent(t testing.TB, ns, name, prefix string) {
 	t.Helper()
-	eventually(t, 10*time.Second, prefix+" Event about "+name, func() string {
+	waitEventWithin(t, ns, name, prefix, 10*time.Second)
+}
+
+// waitEventWithin is waitEvent with a timeout.
+func waitEventWithin(t testing.TB, ns, name, prefix string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, prefix+" Event about "+name, func() string {
 		events := eventsAbout(t, ns, name)
 		if slices.ContainsFunc(events, func(e string) bool { return strings.HasPrefix(e, prefix) }) {
 			return ""

@@ -84,7 +84,11 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 		t.Errorf("new primary has %d rows, want 101 (100 acknowledged before the failover + 1)", n)
 	}
 
-	// r2 follows the new primary across the timeline switch.
+	// r2 follows the new primary across the timeline switch, through the
+	// slot the operator makes on it first.
+	if _, err := i1.KeepSlots(ctx, engine.SlotName(r2.Pod), []string{engine.SlotName(r2.Pod)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, engine.Credentials{User: "postgres", Password: r1.Password}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +232,60 @@ func waitCaughtUp(t *testing.T, ctx context.Context, primary, replica engine.Ins
 			t.Fatalf("%s not caught up: replica %+v, primary %+v", name, rs, ps)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPostgresReplicationSlots: KeepSlots makes the slots it is given and
+// drops its own others (a user's slot stays); a slot whose replica falls
+// further behind than max_slot_wal_keep_size is reported lost, and kept
+// until DropSlot.
+func TestPostgresReplicationSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary := testservers.StartPostgresPrimary(t)
+	p := primary.Instance(t)
+	for _, stmt := range []string{
+		"SELECT pg_create_physical_replication_slot('users_own')",
+		"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
+		"ALTER SYSTEM SET wal_keep_size = 0",
+		"SELECT pg_reload_conf()",
+	} {
+		if err := primary.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := p.KeepSlots(ctx, "orders_", []string{"orders_1", "orders_2"})
+	if err != nil || fmt.Sprint(got.Created) != "[orders_1 orders_2]" || len(got.Dropped)+len(got.Lost) > 0 {
+		t.Fatalf("first KeepSlots: %+v, %v", got, err)
+	}
+	got, err = p.KeepSlots(ctx, "orders_", []string{"orders_1"})
+	if err != nil || fmt.Sprint(got.Dropped) != "[orders_2]" || len(got.Created)+len(got.Lost) > 0 {
+		t.Fatalf("after a scale-down: %+v, %v", got, err)
+	}
+	if n := primary.Count(t, "pg_replication_slots WHERE slot_name = 'users_own'"); n != 1 {
+		t.Errorf("the user's own slot: %d, want it kept", n)
+	}
+
+	// No replica takes orders_1's WAL: past the bound, the slot is lost.
+	for range 4 {
+		if err := primary.Exec(ctx, "CREATE TABLE IF NOT EXISTS filler AS SELECT 1 AS n; INSERT INTO filler SELECT generate_series(1, 1000); SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := primary.Exec(ctx, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err = p.KeepSlots(ctx, "orders_", []string{"orders_1"})
+		if err != nil || fmt.Sprint(got.Lost) != "[orders_1]" {
+			t.Fatalf("a slot past max_slot_wal_keep_size: %+v, %v; want orders_1 lost (and still reported until dropped)", got, err)
+		}
+	}
+	if err := p.DropSlot(ctx, "orders_1"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = p.KeepSlots(ctx, "orders_", []string{"orders_1"})
+	if err != nil || fmt.Sprint(got.Created) != "[orders_1]" || len(got.Lost) > 0 {
+		t.Fatalf("after DropSlot: %+v, %v; want orders_1 made afresh", got, err)
 	}
 }

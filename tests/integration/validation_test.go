@@ -56,6 +56,18 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 			s["backup"] = map[string]any{"target": map[string]any{"s3": map[string]any{"endpoint": "s3.example.com", "bucket": "backups"}}}
 		}, "spec.backup.target.s3.credentialsSecret: Required value"},
 		{"short backup deadline", func(s map[string]any) { s["backup"] = map[string]any{"deadlineSeconds": int64(5)} }, "spec.backup.deadlineSeconds"},
+		{"synchronous with one instance", func(s map[string]any) { s["replication"] = map[string]any{"mode": "Synchronous"} },
+			"synchronous replication waits for replication.synchronousReplicas (default 1) replicas per commit, so replicas must be above it"},
+		{"synchronous for as many replicas as instances", func(s map[string]any) {
+			s["replicas"], s["replication"] = int64(3), map[string]any{"mode": "Synchronous", "synchronousReplicas": int64(3)}
+		}, "so replicas must be above it"},
+		{"synchronousReplicas while asynchronous", func(s map[string]any) {
+			s["replicas"], s["replication"] = int64(3), map[string]any{"synchronousReplicas": int64(1)}
+		}, "synchronousReplicas applies only to mode Synchronous"},
+		{"MariaDB waits for one replica", func(s map[string]any) {
+			s["engine"], s["replicas"], s["replication"] = "mariadb", int64(3), map[string]any{"mode": "Synchronous", "synchronousReplicas": int64(2)}
+		}, "replication.synchronousReplicas must be 1"},
+		{"unknown replication mode", func(s map[string]any) { s["replication"] = map[string]any{"mode": "Quorum"} }, `spec.replication.mode: Unsupported value: "Quorum"`},
 		{"bootstrap from two sources", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "source": map[string]any{"target": map[string]any{}, "path": "ns/db/b1"}}
 		}, "bootstrap needs exactly one of backup"},

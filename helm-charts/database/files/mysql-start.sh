@@ -22,7 +22,8 @@
 # PEER_DOMAIN (<name>-headless.<namespace>.svc), TOPOLOGY_DIR (key
 # "primary", keys "rebuild-<pod>" with a token), PRIMARY_HOST/PRIMARY_PORT
 # (override the primary's address; tests use them), MYSQLD_OPTS (options
-# put first on every server and initializer command line).
+# put first on every server and initializer command line),
+# SYNCHRONOUS_REPLICAS (above 0: the primary starts semi-synchronous).
 set -eu
 
 : "${ENGINE:?}" "${POD_NAME:?}" "${DATADIR:?}" "${ROOT_PASSWORD:?}" "${REPLICATION_USER:?}" "${REPLICATION_PASSWORD:?}"
@@ -166,9 +167,18 @@ rm -rf "$(dirname "$sock")"
 
 # Each instance needs its own server id for replication (and for GTIDs to
 # tell who wrote what): 1000 + the StatefulSet ordinal.
+# With synchronous replication the primary starts with the semi-synchronous
+# primary side on (replicas never: they would wait for replicas of their
+# own); a promotion turns it on for the new primary.
+semisync_opt=""
+if [ "$POD_NAME" = "$primary" ] && [ "${SYNCHRONOUS_REPLICAS:-0}" -gt 0 ]; then
+	semisync_opt="--rpl-semi-sync-master-enabled=ON"
+	[ "$ENGINE" = mariadb ] || semisync_opt="--rpl-semi-sync-source-enabled=ON"
+fi
+
 server_id_opt=""
 [ -z "${POD_INDEX:-}" ] || server_id_opt="--server-id=$((1000 + POD_INDEX))"
 
 unset MYSQL_PWD
 # shellcheck disable=SC2086
-exec "$@" $server_id_opt $relay_opts $readonly_opt
+exec "$@" $server_id_opt $relay_opts $readonly_opt $semisync_opt

@@ -70,11 +70,46 @@ init_primary() {
 follow_primary() {
 	auto="$PGDATA/postgresql.auto.conf"
 	{
-		grep -v '^primary_conninfo' "$auto" || true
+		grep -v '^primary_conninfo\|^primary_slot_name' "$auto" || true
 		printf "primary_conninfo = 'host=%s port=%s user=%s'\n" "$host" "$port" "$REPLICATION_USER"
+		printf "primary_slot_name = '%s'\n" "$slot"
 	} >"$auto.new"
 	chmod 0600 "$auto.new"
 	mv "$auto.new" "$auto"
+}
+
+# This standby's replication slot on the primary (the operator keeps one
+# per instance there): the primary keeps the WAL the standby has not
+# received yet, up to max_slot_wal_keep_size.
+slot="$(printf '%s' "$POD_NAME" | tr -- - _)"
+
+# keep_slot_name names the slot in a standby's settings (a standby made
+# before slots were kept has none); the operator's re-pointing keeps it.
+keep_slot_name() {
+	auto="$PGDATA/postgresql.auto.conf"
+	[ -f "$PGDATA/standby.signal" ] && ! grep -q '^primary_slot_name' "$auto" 2>/dev/null || return 0
+	printf "primary_slot_name = '%s'\n" "$slot" >>"$auto"
+}
+
+# ensure_slot makes this standby's slot on the primary if the operator has
+# not yet (before a clone, or a rewind after a failover): it then keeps
+# the WAL the standby needs next. It fails when the slot is not there.
+ensure_slot() {
+	psql -h "$host" -p "$port" -U "$POSTGRES_USER" -d postgres -qAt -v slot="$slot" 2>/dev/null <<-'SQL' | grep -qx t
+		SELECT pg_create_physical_replication_slot(:'slot', true)
+		  WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = :'slot');
+		SELECT count(*) > 0 FROM pg_replication_slots WHERE slot_name = :'slot';
+	SQL
+}
+
+# slot_option prints pg_basebackup's option to stream a clone's WAL
+# through the slot; nothing when there is none.
+slot_option() {
+	if ensure_slot; then
+		printf -- '-S %s' "$slot"
+	else
+		log "no replication slot $slot on $primary; cloning without it"
+	fi
 }
 
 clone() {
@@ -84,8 +119,9 @@ clone() {
 	# the backup needs. The clone lands under a temporary name first, so a
 	# failed copy is never mistaken for data.
 	# shellcheck disable=SC2086
+	# shellcheck disable=SC2086
 	pg_basebackup -h "$host" -p "$port" -U "$REPLICATION_USER" -D "$PGDATA.clone" \
-		-R -X stream -c fast ${BASEBACKUP_EXTRA_ARGS:-} >&2
+		-R -X stream -c fast $(slot_option) ${BASEBACKUP_EXTRA_ARGS:-} >&2
 	mv "$PGDATA.clone" "$PGDATA"
 	chmod 0700 "$PGDATA"
 	follow_primary
@@ -113,6 +149,7 @@ rewind() {
 	# the replication account may not call.)
 	if rewind_keeping_diverged -D "$PGDATA" --source-server="host=$host port=$port user=$POSTGRES_USER dbname=postgres" -R \
 		${config_file:+--config-file="$config_file"}; then
+		ensure_slot || log "no replication slot $slot on $primary yet; the operator makes it"
 		follow_primary
 		return
 	fi
@@ -185,6 +222,7 @@ for arg in "$@"; do
 done
 
 prepare_data
+keep_slot_name
 
 # pg_hba.conf is read from the volume (hba_file in the configuration), a
 # fresh copy of the configuration's at every start: the operator fences a

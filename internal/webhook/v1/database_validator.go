@@ -87,7 +87,7 @@ var _ admission.Validator[*dbv1.Database] = &DatabaseValidator{}
 
 // DefaultRules are the built-in rules.
 func DefaultRules() []Rule {
-	return []Rule{switchoverTarget, primaryWithinReplicas, bootstrapUnchanged, backupSchedule, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange}
+	return []Rule{switchoverTarget, primaryWithinReplicas, bootstrapUnchanged, backupSchedule, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange, synchronousAvailability}
 }
 
 // ValidateCreate runs the rules with no previous object.
@@ -297,3 +297,15 @@ func backupSchedule(_ context.Context, _, db *dbv1.Database) (admission.Warnings
 }
 
 var cronPattern = regexp.MustCompile(dbv1.CronSchedulePattern)
+
+// synchronousAvailability warns (the CRD already refuses k >= replicas)
+// when synchronous replication waits for every replica: then one replica
+// down, restarting or rebuilding stops every write until it is back.
+func synchronousAvailability(_ context.Context, old, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
+	k := db.Spec.SynchronousReplicas()
+	if k == 0 || k < db.Spec.Replicas-1 || (old != nil && old.Spec.SynchronousReplicas() == k && old.Spec.Replicas == db.Spec.Replicas) {
+		return nil, nil, nil
+	}
+	return admission.Warnings{fmt.Sprintf("spec.replication: every commit waits for all %d replicas, so the primary takes no write while any replica is down, restarting or being rebuilt; with %d instances and synchronousReplicas %d one replica may be down",
+		k, k+2, k)}, nil, nil
+}

@@ -102,6 +102,10 @@ func TestValidatorRules(t *testing.T) {
 		{name: "deletion protection removed", old: db(), new: db(func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete }),
 			warning: "deleting this Database now deletes its volumes",
 			events:  []string{"Normal AuditDeletionPolicy spec.deletionPolicy changed from Retain to Delete: deletion protection removed (by bob)"}},
+		{name: "synchronous, one replica may be down", new: db(func(d *dbv1.Database) { d.Spec.Replication.Mode = dbv1.ReplicationSynchronous })},
+		{name: "synchronous with every replica", new: db(func(d *dbv1.Database) {
+			d.Spec.Replicas, d.Spec.Replication.Mode = 2, dbv1.ReplicationSynchronous
+		}), warning: "every commit waits for all 1 replicas, so the primary takes no write while any replica is down"},
 		{name: "deletion protection restored", old: db(func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete }), new: db()},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,47 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	dbv1 "example.com/database-operator/api/v1"
+)
+
+// TestStoppedReplicaLeavesReadOnly: a replica whose replication is stopped
+// (by hand, as a broken stream would) serves stale reads; its agent's
+// readiness takes it out of the -ro Service once it has not replicated
+// for 10 s, and the operator, seeing an unready replica that does not
+// stream, re-points it; it then holds the primary's new rows and is back
+// in -ro.
+func TestStoppedReplicaLeavesReadOnly(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(d.name(), func(t *testing.T) {
+			db, open, primary, _ := replicatedPair(t, d, "stale")
+			ns, repl := db.Namespace, db.Name+"-1"
+			inRO := func(want bool) func() string {
+				return func() string {
+					if got := slices.Contains(endpointPods(t, ns, db.Name+"-ro"), repl); got != want {
+						return fmt.Sprintf("%s in -ro: %v", repl, got)
+					}
+					return ""
+				}
+			}
+			eventually(t, time.Minute, repl+" in -ro", inRO(true))
+			stop := map[dbv1.Engine][]string{
+				dbv1.EnginePostgreSQL: {"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"},
+				dbv1.EngineMariaDB:    {"STOP SLAVE"},
+			}[d.engine]
+			d.superuserSQL(t, ns, repl, stop...)
+			stopped := time.Now()
+			eventually(t, time.Minute, repl+" out of -ro", inRO(false))
+			t.Logf("%s left -ro %s after its replication stopped", repl, time.Since(stopped).Round(time.Second))
+			waitEventWithin(t, ns, db.Name, "Normal ReplicaRepointed", 2*time.Minute)
+			insert(t, primary, 11, 20, "after the replica was re-pointed")
+			replica := open(podIP(t, ns, repl))
+			eventually(t, time.Minute, "the re-pointed replica has every row", func() string { return d.state(replica, 20, true) })
+			eventually(t, time.Minute, repl+" back in -ro", inRO(true))
+		})
+	}
+}
