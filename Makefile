@@ -162,13 +162,13 @@ FAILOVER_RUNS ?= 5
 .PHONY: bench-failover
 bench-failover: ## Per engine, FAILOVER_RUNS times: time to a writable -rw after the primary's machine is lost, after its server hangs (the agent's own detection), after it is cut off (with two-writer time and lost writes); p50/p95 (real pods; root).
 	@BIN=$$(hack/build-tools.sh cluster); \
-	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
+	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
 
 .PHONY: test-faults
-test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, operator killed after a promotion, control-plane outage, switchover and rolling change under writes, synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating.
+test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, operator killed after a promotion, control-plane outage, switchover and rolling change under writes, synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database.
 	@BIN=$$(hack/build-tools.sh cluster); \
 	LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 60m ./tests/e2e/ \
-		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilledAfterPromotion|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly'
+		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilledAfterPromotion|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase'
 
 .PHONY: bench-backup
 bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to a directory (real servers).

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string) error {
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
 		leaseDuration  = fs.Duration("primary-lease-duration", agent.DefaultLeaseDuration, "duration of each Database's primary Lease: a primary cut off from the API server stops taking writes after four fifths of it, and failover waits six fifths of it for a primary it cannot fence")
 		workers        = fs.Int("database-workers", controller.DefaultDatabaseWorkers, "Databases reconciled at once: a slow or hung server of one Database must not hold up another's failover")
+		rollouts       = fs.Int("max-concurrent-rollouts", controller.DefaultConcurrentRollouts, "Databases that roll a pod template change out at once: an operator upgrade changes every Database's template, and they are rolled a few at a time")
 	)
 	webhooks := bindWebhookFlags(fs)
 	zapOpts := zap.Options{Development: false}
@@ -128,12 +129,16 @@ func run(ctx context.Context, args []string) error {
 	if *leaseDuration < 5*time.Second {
 		return fmt.Errorf("--primary-lease-duration=%s: want at least 5s", *leaseDuration)
 	}
+	if *rollouts < 1 {
+		return fmt.Errorf("--max-concurrent-rollouts=%d: want at least 1", *rollouts)
+	}
 	if *workers < 1 {
 		return fmt.Errorf("--database-workers=%d: want at least 1", *workers)
 	}
 	opts := controller.Options{Values: controller.ValueOptions{
 		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controller.ImagesFromEnv(os.Environ()),
-		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers, PrimaryLeaseDuration: *leaseDuration}
+		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers, PrimaryLeaseDuration: *leaseDuration,
+		ConcurrentRollouts: *rollouts}
 	// OLM names the operator's OperatorCondition in the Deployment it
 	// manages; without it (a kustomize install) there is nothing to report to.
 	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {

@@ -35,6 +35,10 @@ const appAccountRetry = 10 * time.Second
 
 func appSecretName(db *dbv1.Database) string { return db.Name + "-app" }
 
+// monitoringSecretName is the Secret of the monitoring account, which
+// reads server and replication state (metrics) and no table.
+func monitoringSecretName(db *dbv1.Database) string { return db.Name + "-monitoring" }
+
 func passwordHash(p string) string {
 	h := sha256.Sum256([]byte(p))
 	return hex.EncodeToString(h[:])
@@ -61,7 +65,8 @@ func appSecretData(db *dbv1.Database, password string) map[string]string {
 
 // reconcileAccounts keeps the generated accounts in step with their
 // Secrets: the application account (<name>-app, created here once; a
-// password the user later writes there is rotated onto the server) and the
+// password the user later writes there is rotated onto the server), the
+// monitoring account (<name>-monitoring, the same way) and the
 // replication account (<name>-replication, created by the Credentials
 // phase: the start scripts create the account with a new primary, and
 // this sets it on a primary made before, or with a new password). An
@@ -78,6 +83,18 @@ func (r *DatabaseReconciler) reconcileAccounts(ctx context.Context, db *dbv1.Dat
 	var errs []error
 	if app != nil {
 		errs = append(errs, r.keepAccount(ctx, db, obs, app, engine.Account{User: appUser, Database: appDatabase}))
+	}
+	mon, created, err := r.getOrCreateSecret(ctx, db, monitoringSecretName(db), false, func(password string) map[string]string {
+		return map[string]string{corev1.BasicAuthUsernameKey: engine.MonitoringUser, corev1.BasicAuthPasswordKey: password}
+	})
+	switch {
+	case err != nil:
+		errs = append(errs, err)
+	case created:
+		r.event(db, corev1.EventTypeNormal, "CredentialsCreated", "Create", "Generated monitoring account credentials in Secret %s", mon.Name)
+		obs.requeueWithin(appAccountRetry) // set once the cache holds it
+	default:
+		errs = append(errs, r.keepAccount(ctx, db, obs, mon, engine.Account{User: engine.MonitoringUser, Monitoring: true}))
 	}
 	repl := &corev1.Secret{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: replicationSecretName(db)}, repl); {
@@ -147,7 +164,7 @@ func (r *DatabaseReconciler) keepAccount(ctx context.Context, db *dbv1.Database,
 	rotated := secret.Annotations[appliedPasswordAnnotation] != ""
 	patch := client.MergeFrom(secret.DeepCopy())
 	metav1.SetMetaDataAnnotation(&secret.ObjectMeta, appliedPasswordAnnotation, passwordHash(acct.Password))
-	if !acct.Replication {
+	if !acct.Replication && !acct.Monitoring {
 		// The keys derived from the password (uri) follow a rotated one.
 		for k, v := range appSecretData(db, acct.Password) {
 			secret.Data[k] = []byte(v)
@@ -163,6 +180,10 @@ func (r *DatabaseReconciler) keepAccount(ctx context.Context, db *dbv1.Database,
 			"Set a new password of %s from Secret %s on %s: a replica that reconnects with the old one stops streaming until it is restarted (PostgreSQL) or re-pointed (MySQL, MariaDB)", acct.User, secret.Name, pod.Name)
 	case acct.Replication:
 		r.event(db, corev1.EventTypeNormal, "ReplicationAccountSet", "Create", "Replication account %s on %s; replicas stream with it, never as the superuser", acct.User, pod.Name)
+	case acct.Monitoring && rotated:
+		r.event(db, corev1.EventTypeNormal, "MonitoringPasswordRotated", "Rotate", "Set the new password of %s from Secret %s on %s", acct.User, secret.Name, pod.Name)
+	case acct.Monitoring:
+		r.event(db, corev1.EventTypeNormal, "MonitoringAccountSet", "Create", "Monitoring account %s on %s: it reads server and replication state, no table", acct.User, pod.Name)
 	case rotated:
 		r.event(db, corev1.EventTypeNormal, "AppPasswordRotated", "Rotate", "Set the new password of %s from Secret %s on %s", acct.User, secret.Name, pod.Name)
 	default:

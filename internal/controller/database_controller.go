@@ -42,6 +42,9 @@ type DatabaseReconciler struct {
 	Instances *InstanceConnector
 	// Positions holds the primaries' last seen positions (spec.failover.maxLag).
 	Positions *PrimaryPositions
+	// Rollouts bounds how many Databases roll a template change out at
+	// once (nil: no bound).
+	Rollouts *RolloutSlots
 	// Now is the clock (tests move it); nil means time.Now.
 	Now func() time.Time
 	// BackupMetrics get their gauges from each Database's Backups.

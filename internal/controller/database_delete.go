@@ -22,6 +22,7 @@ func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) er
 		return nil
 	}
 	r.Positions.forget(db.UID)
+	r.Rollouts.release(db.UID)
 	r.BackupMetrics.forget(db.Namespace, db.Name)
 	policy := db.Spec.DeletionPolicy
 	if policy == "" {

@@ -134,6 +134,9 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 	}
 	if p.db.Spec.Engine == dbv1.EnginePostgreSQL {
 		p.reportDiverged(ctx, pod, prim, st)
+		// It starts fenced until asked: the request goes into the topology
+		// before the restart, so the restarted pod reads it.
+		p.obs.requestRewind(pod.Name, p.r.now().UTC().Format("20060102T150405Z"))
 		p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind) and start it as a standby")
 		return nil
 	}

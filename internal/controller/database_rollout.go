@@ -82,8 +82,17 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 			stale = append(stale, p)
 		}
 	}
-	if len(stale) == 0 || int32(len(pods)) < max(db.Spec.Replicas, 1) || primary == nil {
-		return nil // nothing to roll, or the StatefulSet still makes pods
+	if len(stale) == 0 {
+		r.Rollouts.release(db.UID)
+		return nil // nothing to roll
+	}
+	if int32(len(pods)) < max(db.Spec.Replicas, 1) || primary == nil {
+		return nil // the StatefulSet still makes pods
+	}
+	if ok, rolling := r.Rollouts.acquire(db.UID); !ok {
+		obs.waiting = fmt.Sprintf("revision %s waits to roll out: %d Databases are rolling a change out (--max-concurrent-rollouts)", revision, rolling)
+		obs.requeueWithin(10 * time.Second)
+		return nil
 	}
 	if want := db.Spec.Primary; want != "" && want != current {
 		if i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == want }); i >= 0 && updatedRev(&pods[i]) {

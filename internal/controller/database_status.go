@@ -32,10 +32,11 @@ type observed struct {
 	failover              *dbv1.FailoverRecord
 
 	// Rejoin: pods to restart (after the topology is written) and why, and
-	// rebuild requests (pod -> token) for the topology.
+	// rebuild and rewind requests (pod -> token) for the topology.
 	restart    []*corev1.Pod
 	restartWhy map[string]string
 	rebuild    map[string]string
+	rewind     map[string]string
 
 	// Backups: the latest finished Backup, when the latest completed one
 	// finished, and the schedule time of a Backup created in this reconcile.
@@ -85,6 +86,13 @@ func (o *observed) restartPod(pod *corev1.Pod, why string) {
 		o.restart = append(o.restart, pod)
 	}
 	o.restartWhy[pod.Name] = why
+}
+
+func (o *observed) requestRewind(pod, token string) {
+	if o.rewind == nil {
+		o.rewind = map[string]string{}
+	}
+	o.rewind[pod] = token
 }
 
 func (o *observed) requestRebuild(pod, token string) {

@@ -24,6 +24,10 @@ import (
 const (
 	topologyPrimaryKey = "primary"
 	topologyRebuildKey = "rebuild-" // + pod name; the value is a request token
+	// topologyRewindKey asks a former PostgreSQL primary, which starts
+	// fenced, to rewind onto the primary (once its diverged WAL range is
+	// in an Event).
+	topologyRewindKey = "rewind-" // + pod name; the value is a request token
 	// topologyInitializedKey is set once the Database has had a serving
 	// primary: from then on a primary without data is a lost volume, and
 	// the start scripts refuse to initialize an empty database in its place.
@@ -71,7 +75,8 @@ func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Databas
 	return r.applyTopology(ctx, db, want)
 }
 
-// desiredTopology is the primary plus every rebuild request, old ones kept:
+// desiredTopology is the primary plus every rebuild and rewind request,
+// old ones kept:
 // a start script acts on a token once (it records the last one it carried
 // out on the volume), so a kept token costs nothing.
 func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) map[string]string {
@@ -80,12 +85,15 @@ func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) m
 		want[topologyInitializedKey] = "true"
 	}
 	for k, v := range live {
-		if strings.HasPrefix(k, topologyRebuildKey) {
+		if strings.HasPrefix(k, topologyRebuildKey) || strings.HasPrefix(k, topologyRewindKey) {
 			want[k] = v
 		}
 	}
 	for pod, token := range obs.rebuild {
 		want[topologyRebuildKey+pod] = token
+	}
+	for pod, token := range obs.rewind {
+		want[topologyRewindKey+pod] = token
 	}
 	return want
 }

@@ -86,6 +86,9 @@ type Options struct {
 	// PrimaryLeaseDuration is the primary Leases' duration (default
 	// agent.DefaultLeaseDuration).
 	PrimaryLeaseDuration time.Duration
+	// ConcurrentRollouts is how many Databases roll a pod template change
+	// out at once (default DefaultConcurrentRollouts).
+	ConcurrentRollouts int
 }
 
 // DefaultDatabaseWorkers: above one, so that one Database whose server
@@ -118,6 +121,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Values:    opts.Values,
 		Instances: &InstanceConnector{Client: mgr.GetClient(), Resolve: opts.Resolve},
 		Positions: &PrimaryPositions{},
+		Rollouts:  &RolloutSlots{Max: opts.ConcurrentRollouts},
 
 		LeaseDuration: opts.PrimaryLeaseDuration,
 		leases:        &leaseClock{},

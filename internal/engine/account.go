@@ -17,6 +17,9 @@ import (
 // keeps its password; a restore leaves the restored Database's own.
 const ReplicationUser = "streaming_replica"
 
+// MonitoringUser is the account metrics are read with.
+const MonitoringUser = "monitor"
+
 // Account is an application account: it logs in, owns its database and
 // can do anything inside it, and nothing else. It has no superuser,
 // replication or READ ONLY ADMIN right, so a fenced primary or a replica
@@ -26,23 +29,34 @@ const ReplicationUser = "streaming_replica"
 // the primary's changes (PostgreSQL's REPLICATION attribute, MySQL's and
 // MariaDB's REPLICATION SLAVE) and nothing else, no database included, so
 // the superuser stays the operator's own.
+//
+// With Monitoring, it is the monitoring account: it reads the server's
+// statistics and replication state (PostgreSQL's pg_monitor role; MySQL
+// and MariaDB: PROCESS, the replication monitoring rights, and
+// performance_schema) and no table of any database, and writes nothing.
 type Account struct {
 	User, Password, Database string
-	Replication              bool
+	Replication, Monitoring  bool
 }
 
 func (a Account) kind() string {
-	if a.Replication {
+	switch {
+	case a.Replication:
 		return "replication account"
+	case a.Monitoring:
+		return "monitoring account"
 	}
 	return "application account"
 }
 
 func (a Account) validate() error {
 	fields := map[string]string{"user": a.User, "database": a.Database}
-	if a.Replication {
+	if a.Replication && a.Monitoring {
+		return fmt.Errorf("account %s: replication or monitoring, not both", a.User)
+	}
+	if a.Replication || a.Monitoring {
 		if a.Database != "" {
-			return fmt.Errorf("replication account %s: it owns no database (%q given)", a.User, a.Database)
+			return fmt.Errorf("%s %s: it owns no database (%q given)", a.kind(), a.User, a.Database)
 		}
 		delete(fields, "database")
 	}

@@ -199,3 +199,44 @@ func TestLag(t *testing.T) {
 		t.Error("a malformed GTID was accepted")
 	}
 }
+
+// TestAccountStatements: each kind of account gets its rights and no
+// more, in each MySQL dialect (MySQL 8.4 runs nowhere here: these are its
+// only check); a malformed account is refused before any statement.
+func TestAccountStatements(t *testing.T) {
+	for _, tt := range []struct {
+		d    dialect
+		a    Account
+		want []string
+	}{
+		{mysqlDialect{}, Account{User: "monitor", Password: "p", Monitoring: true}, []string{
+			"CREATE USER IF NOT EXISTS 'monitor'@'%' IDENTIFIED BY 'p'", "ALTER USER 'monitor'@'%' IDENTIFIED BY 'p'",
+			"GRANT PROCESS, REPLICATION CLIENT ON *.* TO 'monitor'@'%'", "GRANT SELECT ON performance_schema.* TO 'monitor'@'%'"}},
+		{mariadbDialect{}, Account{User: "monitor", Password: "p", Monitoring: true}, []string{
+			"CREATE USER IF NOT EXISTS 'monitor'@'%' IDENTIFIED BY PASSWORD '" + nativePasswordHash("p") + "'",
+			"ALTER USER 'monitor'@'%' IDENTIFIED BY PASSWORD '" + nativePasswordHash("p") + "'",
+			"GRANT PROCESS, BINLOG MONITOR, SLAVE MONITOR ON *.* TO 'monitor'@'%'", "GRANT SELECT ON performance_schema.* TO 'monitor'@'%'"}},
+		{mysqlDialect{}, Account{User: "streaming_replica", Password: "p", Replication: true}, []string{
+			"CREATE USER IF NOT EXISTS 'streaming_replica'@'%' IDENTIFIED BY 'p'", "ALTER USER 'streaming_replica'@'%' IDENTIFIED BY 'p'",
+			"GRANT REPLICATION SLAVE ON *.* TO 'streaming_replica'@'%'"}},
+		{mysqlDialect{}, Account{User: "app", Password: "p", Database: "app"}, []string{
+			"CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'p'", "ALTER USER 'app'@'%' IDENTIFIED BY 'p'",
+			"CREATE DATABASE IF NOT EXISTS `app`", "GRANT ALL PRIVILEGES ON `app`.* TO 'app'@'%'"}},
+	} {
+		if err := tt.a.validate(); err != nil {
+			t.Errorf("%s %s: %v", tt.d.name(), tt.a.kind(), err)
+		}
+		if got := tt.d.account(tt.a); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("%s %s:\n got %q\nwant %q", tt.d.name(), tt.a.kind(), got, tt.want)
+		}
+	}
+	for _, bad := range []Account{
+		{User: "m", Password: "p", Monitoring: true, Replication: true},
+		{User: "m", Password: "p", Monitoring: true, Database: "app"},
+		{User: "m", Monitoring: true},
+	} {
+		if err := bad.validate(); err == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+}

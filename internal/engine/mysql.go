@@ -65,14 +65,19 @@ func (mysqlDialect) account(a Account) []string {
 	return append([]string{
 		"CREATE USER IF NOT EXISTS " + user + " IDENTIFIED BY " + pw,
 		"ALTER USER " + user + " IDENTIFIED BY " + pw,
-	}, grants(a, user)...)
+	}, grants(a, user, "PROCESS, REPLICATION CLIENT")...)
 }
 
 // grants gives an account its rights: the application account all of its
-// database, the replication account the right to read the binary log.
-func grants(a Account, user string) []string {
+// database, the replication account the right to read the binary log, the
+// monitoring account monitor (the dialect's rights to read server state)
+// and performance_schema.
+func grants(a Account, user, monitor string) []string {
 	if a.Replication {
 		return []string{"GRANT REPLICATION SLAVE ON *.* TO " + user}
+	}
+	if a.Monitoring {
+		return []string{"GRANT " + monitor + " ON *.* TO " + user, "GRANT SELECT ON performance_schema.* TO " + user}
 	}
 	return []string{
 		"CREATE DATABASE IF NOT EXISTS `" + a.Database + "`",
@@ -146,7 +151,7 @@ func (mariadbDialect) account(a Account) []string {
 	return append([]string{
 		"CREATE USER IF NOT EXISTS " + user + " IDENTIFIED BY PASSWORD " + hash,
 		"ALTER USER " + user + " IDENTIFIED BY PASSWORD " + hash,
-	}, grants(a, user)...)
+	}, grants(a, user, "PROCESS, BINLOG MONITOR, SLAVE MONITOR")...)
 }
 func (mariadbDialect) unfence() []string          { return []string{"SET GLOBAL read_only = OFF"} }
 func (mariadbDialect) promote() []string          { return []string{"STOP SLAVE", "RESET SLAVE ALL"} }

@@ -522,6 +522,13 @@ func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
 	if a.Replication {
 		return nil
 	}
+	if a.Monitoring {
+		// pg_monitor reads every statistics view and setting, no table.
+		if _, err := p.conn.Exec(ctx, "GRANT pg_monitor TO "+role); err != nil {
+			return fmt.Errorf("PostgreSQL %s: granting pg_monitor to %s: %w", p.ep, a.User, err)
+		}
+		return nil
+	}
 	if err := p.conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, a.Database).Scan(&exists); err != nil {
 		return fmt.Errorf("PostgreSQL %s: looking up database %s: %w", p.ep, a.Database, err)
 	}

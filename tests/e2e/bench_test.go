@@ -36,26 +36,56 @@ func BenchmarkFailover(b *testing.B) {
 // -rw, on the same primary.
 func BenchmarkHungServer(b *testing.B) {
 	benchFault(b, "hung server to first write", func(b *testing.B, d dialect, ns, pod string) {
-		pid := map[dbv1.Engine]string{
-			dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
-			dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
-		}[d.engine]
-		if out, err := node.Exec(ns, pod, "database", []string{"sh", "-c", "kill -STOP " + pid}); err != nil {
-			b.Fatalf("kill -STOP the server of %s: %v: %s", pod, err, out)
-		}
+		hangServer(b, d, ns, pod)
 	}, false)
+}
+
+// BenchmarkFailoverBesideHungDatabase is BenchmarkFailover while, at the
+// same moment, another Database's primary server hangs (SIGSTOP): the
+// operator's calls to it wait out their deadlines on their own worker and
+// must not delay this failover. Compare with BenchmarkFailover's figure.
+func BenchmarkFailoverBesideHungDatabase(b *testing.B) {
+	benchFault(b, "failover beside a hung Database to first write", func(b *testing.B, d dialect, ns, pod string) {
+		if err := node.Down(ns, pod); err != nil {
+			b.Fatal(err)
+		}
+	}, true, hungBeside)
+}
+
+// hungBeside makes another two-instance Database of d's engine and
+// returns what hangs its primary's server (SIGSTOP; its agent kills and
+// restarts it after the Lease's time).
+func hungBeside(t testing.TB, d dialect) func() {
+	other, _ := haDatabase(t, d, "hung", 2)
+	return func() {
+		hangServer(t, d, other.Namespace, other.Name+"-0")
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
+	}
+}
+
+// hangServer stops (SIGSTOP) pod's database server process.
+func hangServer(t testing.TB, d dialect, ns, pod string) {
+	t.Helper()
+	pid := map[dbv1.Engine]string{
+		dbv1.EnginePostgreSQL: `"$(head -1 "$PGDATA/postmaster.pid")"`,
+		dbv1.EngineMariaDB:    `"$(cat "$DATADIR/$(hostname).pid")"`,
+	}[d.engine]
+	if out, err := node.Exec(ns, pod, "database", []string{"sh", "-c", "kill -STOP " + pid}); err != nil {
+		t.Fatalf("kill -STOP the server of %s: %v: %s", pod, err, out)
+	}
 }
 
 // benchFault runs fault on a three-instance Database's primary b.N times
 // per engine and reports p50 and p95 of the time to the first write
 // through -rw (on another primary when moved, on the same when not).
-func benchFault(b *testing.B, what string, fault func(b *testing.B, d dialect, ns, pod string), moved bool) {
+// beside, when given, prepares another fault applied at the same moment.
+func benchFault(b *testing.B, what string, fault func(b *testing.B, d dialect, ns, pod string), moved bool, beside ...func(testing.TB, dialect) func()) {
 	for _, d := range dialects {
 		b.Run(d.name(), func(b *testing.B) {
 			var times []time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				times = append(times, faultOnce(b, d, fault, moved))
+				times = append(times, faultOnce(b, d, fault, moved, beside...))
 				b.StartTimer()
 			}
 			slices.Sort(times)
@@ -69,12 +99,19 @@ func benchFault(b *testing.B, what string, fault func(b *testing.B, d dialect, n
 
 // faultOnce builds a three-instance Database, applies fault to its
 // primary and returns how long until a write through -rw succeeds.
-func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, pod string), moved bool) time.Duration {
+func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, pod string), moved bool, beside ...func(testing.TB, dialect) func()) time.Duration {
 	db, open := haDatabase(b, d, "bench", 3, func(db *dbv1.Database) { *db.Spec.Failover.DelaySeconds = 0 })
 	defer func() { _ = k8s.Delete(context.Background(), db) }()
+	var also []func()
+	for _, prepare := range beside {
+		also = append(also, prepare(b, d))
+	}
 	old := db.Name + "-0"
 	r := clusterResolver()
 	start := time.Now()
+	for _, f := range also {
+		f()
+	}
 	fault(b, d, db.Namespace, old)
 	// A new id per attempt: a write whose answer was lost may have been
 	// committed, and retrying its id would fail for ever as a duplicate.

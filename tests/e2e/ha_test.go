@@ -150,18 +150,29 @@ func (d dialect) replicatingAs(t testing.TB, db *dbv1.Database, primary string, 
 // operator's record that the account is set on the primary).
 func appCredentials(t testing.TB, db *dbv1.Database) (user, password, database string) {
 	t.Helper()
-	eventually(t, time.Minute, "the application account set", func() string {
-		s, err := cs.CoreV1().Secrets(db.Namespace).Get(context.Background(), db.Name+"-app", metav1.GetOptions{})
+	data := accountSecret(t, db, "app")
+	return data["username"], data["password"], data["database"]
+}
+
+// accountSecret waits until the operator has set the account of Secret
+// <name>-<suffix> on the server and returns the Secret's data.
+func accountSecret(t testing.TB, db *dbv1.Database, suffix string) map[string]string {
+	t.Helper()
+	data := map[string]string{}
+	eventually(t, time.Minute, "the "+suffix+" account set", func() string {
+		s, err := cs.CoreV1().Secrets(db.Namespace).Get(context.Background(), db.Name+"-"+suffix, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
 		}
 		if s.Annotations["database.example.com/applied-password-sha256"] == "" {
 			return "not set on the server yet"
 		}
-		user, password, database = string(s.Data["username"]), string(s.Data["password"]), string(s.Data["database"])
+		for k, v := range s.Data {
+			data[k] = string(v)
+		}
 		return ""
 	})
-	return user, password, database
+	return data
 }
 
 // haDatabase creates a Running Database of n instances with a one-second

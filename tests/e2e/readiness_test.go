@@ -29,6 +29,7 @@ func TestStoppedReplicaLeavesReadOnly(t *testing.T) {
 				}
 			}
 			eventually(t, time.Minute, repl+" in -ro", inRO(true))
+			monitoringSeesReplication(t, d, db)
 			stop := map[dbv1.Engine][]string{
 				dbv1.EnginePostgreSQL: {"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"},
 				dbv1.EngineMariaDB:    {"STOP SLAVE"},
@@ -44,4 +45,25 @@ func TestStoppedReplicaLeavesReadOnly(t *testing.T) {
 			eventually(t, time.Minute, repl+" back in -ro", inRO(true))
 		})
 	}
+}
+
+// monitoringSeesReplication: the monitoring account (Secret
+// <name>-monitoring) logs in to the primary and sees its replica stream,
+// which takes the monitoring rights (another account's replication
+// connection is hidden without them).
+func monitoringSeesReplication(t *testing.T, d dialect, db *dbv1.Database) {
+	t.Helper()
+	mon := accountSecret(t, db, "monitoring")
+	database, query := "", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%'"
+	if d.engine == dbv1.EnginePostgreSQL {
+		database, query = "postgres", "SELECT count(*) FROM pg_stat_replication WHERE client_addr IS NOT NULL"
+	}
+	c := d.open(t, podIP(t, db.Namespace, db.Name+"-0"), mon["username"], mon["password"], database)
+	eventually(t, 30*time.Second, "the monitoring account sees the replica stream", func() string {
+		var n int
+		if err := c.QueryRow(query).Scan(&n); err != nil || n != 1 {
+			return fmt.Sprintf("%d streams seen (%v)", n, err)
+		}
+		return ""
+	})
 }

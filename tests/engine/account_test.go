@@ -186,21 +186,7 @@ func TestReplicationAccount(t *testing.T) {
 			return nil
 		}
 		eventuallyErr(t, streamingAs)
-		for range 2 {
-			if err := pg.Instance(t).EnsureAccount(ctx, acct); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cfg, err := pgx.ParseConfig("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(pg.Port), acct.User, acct.Password, "postgres"
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			t.Fatalf("the replication account logs in: %v", err)
-		}
-		defer c.Close(ctx)
+		c := ensureAndLogIn(ctx, t, pg, acct)
 		for _, stmt := range []string{"CREATE TABLE stolen (i int)", "CREATE DATABASE elsewhere", "CREATE ROLE other"} {
 			if _, err := c.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "permission denied") {
 				t.Errorf("the replication account's %q: %v, want permission denied", stmt, err)
@@ -280,5 +266,101 @@ func TestReplicationAccount(t *testing.T) {
 			}
 			return nil
 		})
+	})
+}
+
+// ensureAndLogIn sets acct on pg twice (it is idempotent) and logs in
+// with it to the postgres database.
+func ensureAndLogIn(ctx context.Context, t *testing.T, pg *testservers.Postgres, acct engine.Account) *pgx.Conn {
+	t.Helper()
+	for range 2 {
+		if err := pg.Instance(t).EnsureAccount(ctx, acct); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = "127.0.0.1", uint16(pg.Port), acct.User, acct.Password, "postgres"
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the %s logs in: %v", acct.User, err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// TestMonitoringAccount: the monitoring account reads the server's state
+// (replication included) and no table, and writes nothing.
+func TestMonitoringAccount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	acct := engine.Account{User: engine.MonitoringUser, Password: "watch-only", Monitoring: true}
+
+	t.Run("postgresql", func(t *testing.T) {
+		pg := testservers.StartPostgresPrimary(t)
+		pg.StartReplica(t)
+		if err := pg.Exec(ctx, "CREATE TABLE secrets (v text); INSERT INTO secrets VALUES ('x')"); err != nil {
+			t.Fatal(err)
+		}
+		c := ensureAndLogIn(ctx, t, pg, acct)
+		var client string
+		eventuallyErr(t, func() error {
+			// Without pg_monitor, another role's client_addr reads as NULL.
+			return c.QueryRow(ctx, "SELECT client_addr::text FROM pg_stat_replication").Scan(&client)
+		})
+		for _, stmt := range []string{"SELECT * FROM secrets", "CREATE TABLE mine (i int)", "INSERT INTO secrets VALUES ('y')"} {
+			if _, err := c.Exec(ctx, stmt); err == nil || !strings.Contains(err.Error(), "permission denied") {
+				t.Errorf("the monitoring account's %q: %v, want permission denied", stmt, err)
+			}
+		}
+	})
+
+	t.Run("mariadb", func(t *testing.T) {
+		ma := testservers.StartMariaDBPrimary(t)
+		r := ma.StartReplica(t)
+		root, err := ma.DB(ctx, "root", testservers.MariaDBRootPassword)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		for _, stmt := range []string{"CREATE DATABASE shop", "CREATE TABLE shop.secrets (v text)", "INSERT INTO shop.secrets VALUES ('x')"} {
+			if _, err := root.ExecContext(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 2 {
+			if err := ma.Instance(t).EnsureAccount(ctx, acct); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, srv := range []*testservers.MariaDB{ma, r} {
+			var mon *sql.DB
+			eventuallyErr(t, func() error { // the account reaches the replica by replication
+				var err error
+				if mon, err = srv.DB(ctx, acct.User, acct.Password); err != nil {
+					return err
+				}
+				return mon.PingContext(ctx)
+			})
+			defer mon.Close()
+			for _, q := range []string{"SHOW PROCESSLIST", "SHOW SLAVE STATUS", "SHOW BINARY LOGS", "SELECT COUNT(*) FROM performance_schema.threads"} {
+				rows, err := mon.QueryContext(ctx, q)
+				if err != nil {
+					t.Errorf("port %d: the monitoring account's %q: %v", srv.Port, q, err)
+					continue
+				}
+				rows.Close()
+			}
+			for _, stmt := range []string{"SELECT * FROM shop.secrets", "CREATE DATABASE mine", "INSERT INTO shop.secrets VALUES ('y')"} {
+				_, err := mon.ExecContext(ctx, stmt)
+				// The replica is read-only, which refuses writes first.
+				refused := err != nil && (strings.Contains(err.Error(), "denied") || srv == r && strings.Contains(err.Error(), "--read-only"))
+				if !refused {
+					t.Errorf("port %d: the monitoring account's %q: %v, want denied", srv.Port, stmt, err)
+				}
+			}
+		}
 	})
 }

@@ -110,8 +110,9 @@ func TestPostgresFailoverPrimitives(t *testing.T) {
 // TestPostgresStartScript runs the chart's postgres-start.sh through a
 // Database's life: it initializes the primary and clones the replicas
 // (every server in these tests starts through it); a former primary that
-// took a write after losing its role is rewound (pg_rewind) onto the new
-// primary's timeline and comes back as its standby without that write; a
+// took a write after losing its role starts fenced, and once the operator
+// asks is rewound (pg_rewind) onto the new primary's timeline and comes
+// back as its standby without that write; a
 // rebuild request sets the data aside and clones again.
 func TestPostgresStartScript(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -161,8 +162,20 @@ func TestPostgresStartScript(t *testing.T) {
 	}
 	old.Kill()
 
-	// The operator's topology names r1: the start script rewinds.
+	// The operator's topology names r1: the former primary starts fenced
+	// (read-only), not rewound, until the operator has recorded what a
+	// rewind discards and asks for it.
 	old.Topology().SetPrimary(t, r1.Pod)
+	old.Restart(t)
+	if !strings.Contains(old.Log(), "starting it fenced") {
+		t.Errorf("the former primary did not start fenced:\n%s", old.Log())
+	}
+	if st, err := old.Instance(t).Status(ctx); err != nil || st.Role != engine.RolePrimary || !st.ReadOnly {
+		t.Errorf("the former primary back: %+v (%v); want a read-only (fenced) primary", st, err)
+	}
+	old.Kill()
+	// The operator asks for the rewind: the start script rewinds.
+	old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rewind-" + old.Pod: "20261203T000000Z"})
 	old.Restart(t)
 	if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") || strings.Contains(old.Log(), "pg_rewind failed") {
 		t.Errorf("the start script did not rewind:\n%s", old.Log())

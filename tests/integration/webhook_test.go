@@ -117,7 +117,8 @@ func TestConversionBothWays(t *testing.T) {
 		Storage: dbv1.StorageSpec{Size: resource.MustParse("2Gi")}, DeletionPolicy: dbv1.DeletionPolicyDelete,
 		Resources: dbv1alpha1.SizeMedium.Resources(),
 		// Defaulted by the mutating webhook, which sees v1.
-		Failover: dbv1.FailoverSpec{Enabled: ptr.To(true), DelaySeconds: ptr.To(int32(10))}}
+		Failover:    dbv1.FailoverSpec{Enabled: ptr.To(true), DelaySeconds: ptr.To(int32(10))},
+		Replication: dbv1.ReplicationSpec{Mode: dbv1.ReplicationAsynchronous}}
 	if !equality.Semantic.DeepEqual(asV1.Spec, want) {
 		t.Errorf("v1alpha1 read as v1:\n got %+v\nwant %+v", asV1.Spec, want)
 	}

@@ -6,8 +6,10 @@
 #   primary, no data          initdb with the superuser from the Secret
 #   replica, no data          clone the primary (pg_basebackup) as a standby
 #   replica, data, no standby.signal
-#                             a former primary coming back: pg_rewind onto
-#                             the new primary's timeline, restart as standby
+#                             a former primary coming back: starts fenced;
+#                             once the operator asks (topology key
+#                             "rewind-<pod>"), pg_rewind onto the new
+#                             primary's timeline, restart as standby
 #   rebuild asked for         set the data aside (never deleted) and clone
 #
 # Then it execs postgres with the container's arguments. A clone or rewind
@@ -199,20 +201,25 @@ rewind_keeping_diverged() {
 }
 
 # A standby has standby.signal; a former primary has not, and may hold WAL
-# the new primary never got. A former primary its agent stopped (it could
-# no longer prove it held the primary Lease: AGENT_FENCED=1) starts as it
-# was, fenced: the operator records what a rewind would discard (an Event
-# with the WAL range) before it restarts the pod, and the rewind happens at
-# that start.
+# the new primary never got. It starts as it was, fenced (read-only,
+# superuser logins only), until the operator has recorded what a rewind
+# would discard (an Event with the WAL range) and asks for the rewind with
+# a token in the topology ("rewind-<pod>"), carried out once: then it is
+# rewound at this start. A former primary its agent stopped (it could no
+# longer prove it held the primary Lease: AGENT_FENCED=1) is fenced the
+# same way.
 fenced=""
 rejoin() {
 	[ ! -f "$PGDATA/standby.signal" ] || return 0
-	if [ "${AGENT_FENCED:-}" = 1 ]; then
-		log "former primary stopped by its agent: starting it fenced (read-only, superuser logins only) until the operator has it rewound"
-		fenced=1
+	token="$(topology_key "rewind-$POD_NAME")"
+	if [ "${AGENT_FENCED:-}" != 1 ] && [ -n "$token" ] && [ "$token" != "$(cat "$volume/rewound" 2>/dev/null || true)" ]; then
+		log "rewind $token asked for by the operator"
+		rewind
+		printf '%s\n' "$token" >"$volume/rewound"
 		return
 	fi
-	rewind
+	log "former primary: starting it fenced (read-only, superuser logins only) until the operator has recorded what a rewind would discard and asks for it"
+	fenced=1
 }
 
 # The configuration file the server is started with (-c config_file=...).
