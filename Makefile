@@ -165,10 +165,10 @@ bench-failover: ## Per engine, FAILOVER_RUNS times: time to a writable -rw after
 	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
 
 .PHONY: test-faults
-test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, operator killed after a promotion, control-plane outage, switchover and rolling change under writes, synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database.
+test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, operator killed after a promotion, control-plane outage, switchover and rolling change under writes, synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database, an operator upgrade rolling Databases one at a time.
 	@BIN=$$(hack/build-tools.sh cluster); \
 	LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 60m ./tests/e2e/ \
-		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilledAfterPromotion|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase'
+		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilledAfterPromotion|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime'
 
 .PHONY: bench-backup
 bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to a directory (real servers).

@@ -82,12 +82,18 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 			stale = append(stale, p)
 		}
 	}
+	if int32(len(pods)) < max(db.Spec.Replicas, 1) {
+		return nil // the StatefulSet still makes pods (a restarted one, say)
+	}
 	if len(stale) == 0 {
+		// Done, every pod there and ready (the loop above waits while one
+		// is not): a Database whose new pods do not come up keeps its slot,
+		// and the next Database waits.
 		r.Rollouts.release(db.UID)
 		return nil // nothing to roll
 	}
-	if int32(len(pods)) < max(db.Spec.Replicas, 1) || primary == nil {
-		return nil // the StatefulSet still makes pods
+	if primary == nil {
+		return nil
 	}
 	if ok, rolling := r.Rollouts.acquire(db.UID); !ok {
 		obs.waiting = fmt.Sprintf("revision %s waits to roll out: %d Databases are rolling a change out (--max-concurrent-rollouts)", revision, rolling)

@@ -31,7 +31,13 @@ func TestRolloutsAFewAtATime(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name + "-0", Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: podRevision}},
 			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		}
+		if podRevision == "" {
+			pod = corev1.Pod{} // deleted, not made again yet
+		}
 		obs := &observed{statefulSet: sts, pods: []corev1.Pod{pod}, podsListed: true}
+		if podRevision == "" {
+			obs.pods = nil
+		}
 		if err := r.reconcileRollout(context.Background(), db, obs); err != nil {
 			t.Fatal(err)
 		}
@@ -45,6 +51,10 @@ func TestRolloutsAFewAtATime(t *testing.T) {
 	}
 	if obs := roll("a", "old"); len(obs.restart) != 1 {
 		t.Fatalf("the first Database, again: restarts %d; want it to keep its slot", len(obs.restart))
+	}
+	roll("a", "") // its pod restarting: the StatefulSet has not made it again yet
+	if obs := roll("b", "old"); len(obs.restart) != 0 {
+		t.Fatal("the second Database rolled while the first one's pod was gone")
 	}
 	roll("a", "new") // done: its slot is free
 	if obs := roll("b", "old"); len(obs.restart) != 1 || obs.waiting != "" {

@@ -39,6 +39,9 @@ import (
 const (
 	nodeName      = "process-node-0"
 	operatorImage = "example.com/database-operator/manager:test"
+	// operatorImageNext is the same binary under a new tag: an operator
+	// upgrade that changes every Database's pod template.
+	operatorImageNext = "example.com/database-operator/manager:next"
 )
 
 var (
@@ -109,6 +112,7 @@ func run(m *testing.M) int {
 	}
 	images := processnode.DatabaseImages()
 	images[operatorImage] = processnode.Image{Binds: map[string]string{"/manager": manager}}
+	images[operatorImageNext] = images[operatorImage]
 	nodeLog, _ := os.Create(filepath.Join(dir, "node.log"))
 	node, err = processnode.Start(ctx, cs, processnode.Options{
 		Name: nodeName, Dir: filepath.Join(dir, "node"), Bridge: fmt.Sprintf("dbop-e2e%d", netIndex), NamePrefix: fmt.Sprintf("e2e%d", netIndex),
