@@ -57,9 +57,11 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	}
 	p := &rejoin{r: r, db: db, obs: obs, repl: repl, primaryPod: primaryPod, primaryEP: target}
 	var errs []error
-	if prim, err := obs.instances.get(ctx, primaryPod); err == nil {
-		if err := r.keepSlots(ctx, db, obs, prim, name, pods); err != nil {
-			errs = append(errs, err)
+	if usesSlots(db) { // no connection to the primary for nothing
+		if prim, err := obs.instances.get(ctx, primaryPod); err == nil {
+			if err := r.keepSlots(ctx, db, obs, prim, name, pods); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for i := range pods {

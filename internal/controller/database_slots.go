@@ -23,6 +23,10 @@ import (
 // Each replica streams through its own slot (primary_slot_name, set by
 // the start script).
 
+// usesSlots: only PostgreSQL has slots (MySQL and MariaDB replicas read
+// the binary logs).
+func usesSlots(db *dbv1.Database) bool { return db.Spec.Engine == dbv1.EnginePostgreSQL }
+
 // slotPrefix starts the names of a Database's slots; slots named
 // otherwise (a user's own) are left alone.
 func slotPrefix(db *dbv1.Database) string { return engine.SlotName(db.Name + "-") }
@@ -44,7 +48,7 @@ func slotNames(db *dbv1.Database, pods []corev1.Pod, primary string) []string {
 // topology first; only then is the slot dropped (the next call creates it
 // afresh for the rebuilt replica), so a loss is never forgotten.
 func (r *DatabaseReconciler) keepSlots(ctx context.Context, db *dbv1.Database, obs *observed, prim engine.Instance, primary string, pods []corev1.Pod) error {
-	if db.Spec.Engine != dbv1.EnginePostgreSQL {
+	if !usesSlots(db) {
 		return nil
 	}
 	slots, err := prim.KeepSlots(ctx, slotPrefix(db), slotNames(db, pods, primary))

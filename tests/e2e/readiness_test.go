@@ -34,7 +34,12 @@ func TestStoppedReplicaLeavesReadOnly(t *testing.T) {
 				dbv1.EnginePostgreSQL: {"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"},
 				dbv1.EngineMariaDB:    {"STOP SLAVE"},
 			}[d.engine]
-			d.superuserSQL(t, ns, repl, stop...)
+			root := d.superuser(t, db, podIP(t, ns, repl))
+			for _, stmt := range stop {
+				if err := execTimeout(root, stmt); err != nil {
+					t.Fatal(err)
+				}
+			}
 			stopped := time.Now()
 			eventually(t, time.Minute, repl+" out of -ro", inRO(false))
 			t.Logf("%s left -ro %s after its replication stopped", repl, time.Since(stopped).Round(time.Second))

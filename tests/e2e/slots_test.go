@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -10,33 +12,20 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 )
 
-// superuserSQL runs statements as PostgreSQL's superuser inside a pod
-// (local connections are trusted) and returns the output.
-func superuserSQL(t testing.TB, ns, pod string, stmts ...string) string {
+// slotState is a replication slot's "active|wal_status" on the primary
+// ("" when there is no such slot).
+func slotState(t testing.TB, root *sql.DB, slot string) string {
 	t.Helper()
-	return dialects[0].superuserSQL(t, ns, pod, stmts...)
-}
-
-// superuserSQL runs statements as the engine's superuser inside a pod and
-// returns the output.
-func (d dialect) superuserSQL(t testing.TB, ns, pod string, stmts ...string) string {
-	t.Helper()
-	args := `psql -U "$POSTGRES_USER" -d postgres -qAt`
-	if d.engine != dbv1.EnginePostgreSQL {
-		args = `MYSQL_PWD="$ROOT_PASSWORD" mariadb -uroot -h127.0.0.1 -N -B`
+	var active bool
+	var status string
+	err := root.QueryRow("SELECT active, wal_status FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&active, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ""
 	}
-	for _, s := range stmts {
-		if d.engine == dbv1.EnginePostgreSQL {
-			args += fmt.Sprintf(" -c %q", s)
-		} else {
-			args += fmt.Sprintf(" -e %q", s)
-		}
-	}
-	out, err := node.Exec(ns, pod, "database", []string{"sh", "-c", args})
 	if err != nil {
-		t.Fatalf("%s in %s: %v: %s", stmts, pod, err, out)
+		return err.Error()
 	}
-	return strings.TrimSpace(string(out))
+	return fmt.Sprintf("%t|%s", active, status)
 }
 
 // TestLostSlotRebuildsReplica: a PostgreSQL replica is down while its
@@ -54,9 +43,9 @@ func TestLostSlotRebuildsReplica(t *testing.T) {
 	ns := db.Namespace
 	prim, repl := db.Name+"-0", db.Name+"-1"
 	slot := strings.ReplaceAll(repl, "-", "_")
+	root := d.superuser(t, db, podIP(t, ns, prim))
 	eventually(t, time.Minute, "the replica streaming through its slot", func() string {
-		got := superuserSQL(t, ns, prim, fmt.Sprintf("SELECT active, wal_status FROM pg_replication_slots WHERE slot_name = '%s'", slot))
-		if got != "t|reserved" {
+		if got := slotState(t, root, slot); got != "true|reserved" {
 			return fmt.Sprintf("slot %s: %q", slot, got)
 		}
 		return ""
@@ -68,12 +57,18 @@ func TestLostSlotRebuildsReplica(t *testing.T) {
 	insert(t, primary, 11, 20, "while the replica is down")
 	// 40 WAL segments of 16 MB: past max_slot_wal_keep_size and wal_keep_size.
 	for range 40 {
-		superuserSQL(t, ns, prim, "CREATE TABLE IF NOT EXISTS filler (n int)", "INSERT INTO filler VALUES (1)", "SELECT pg_switch_wal()")
+		for _, stmt := range []string{"CREATE TABLE IF NOT EXISTS filler (n int)", "INSERT INTO filler VALUES (1)", "SELECT pg_switch_wal()"} {
+			if err := execTimeout(root, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	superuserSQL(t, ns, prim, "CHECKPOINT")
+	if err := execTimeout(root, "CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 30*time.Second, "the slot lost", func() string {
-		got := superuserSQL(t, ns, prim, fmt.Sprintf("SELECT wal_status FROM pg_replication_slots WHERE slot_name = '%s'", slot))
-		if got != "lost" && got != "" { // "": already dropped by the operator
+		got := slotState(t, root, slot)
+		if !strings.HasSuffix(got, "|lost") && got != "" { // "": already dropped by the operator
 			return fmt.Sprintf("slot %s: %q", slot, got)
 		}
 		return ""
@@ -87,8 +82,7 @@ func TestLostSlotRebuildsReplica(t *testing.T) {
 	replica := open(podIP(t, ns, repl))
 	eventually(t, time.Minute, "the rebuilt replica has every row", func() string { return d.state(replica, 20, true) })
 	eventually(t, time.Minute, "the rebuilt replica streaming through a new slot", func() string {
-		got := superuserSQL(t, ns, prim, fmt.Sprintf("SELECT active, wal_status FROM pg_replication_slots WHERE slot_name = '%s'", slot))
-		if got != "t|reserved" {
+		if got := slotState(t, root, slot); got != "true|reserved" {
 			return fmt.Sprintf("slot %s: %q", slot, got)
 		}
 		return ""
