@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -78,8 +79,13 @@ func userClient(t testing.TB, user string) (client.Client, *warnings) {
 	return cl, w
 }
 
+// conflictBackoff outlasts the operator's own writes to a new Database
+// (status, then its Secrets' reconciles), which the four quick tries of
+// retry.DefaultBackoff did not once in CI.
+var conflictBackoff = wait.Backoff{Steps: 20, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.1, Cap: time.Second}
+
 func update(ctx context.Context, cl client.Client, db *dbv1.Database, mutate func(*dbv1.Database), opts ...client.UpdateOption) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	return retry.RetryOnConflict(conflictBackoff, func() error {
 		got := &dbv1.Database{}
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
 			return err
@@ -342,7 +348,7 @@ func TestWebhookRefusals(t *testing.T) {
 
 // scaleTo scales through the scale subresource, as `kubectl scale` does.
 func scaleTo(ctx context.Context, cl client.Client, db *dbv1.Database, replicas int32) error {
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	return retry.RetryOnConflict(conflictBackoff, func() error {
 		scale := &autoscalingv1.Scale{}
 		if err := cl.SubResource("scale").Get(ctx, db, scale); err != nil {
 			return err
