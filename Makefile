@@ -32,6 +32,10 @@ generate: ## Generate deepcopy code.
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
 	$$CG object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
+.PHONY: parameters
+parameters: ## Rewrite internal/parameters/*.tsv (every setting the servers know, and whether it takes a reload or a restart) from real PostgreSQL and MariaDB servers; the engine tests fail when they are stale.
+	go test -count=1 -run TestParameterTables ./tests/engine/ -update
+
 .PHONY: manifests
 manifests: ## Generate the CRD, RBAC and webhook configurations into config/.
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
@@ -155,7 +159,7 @@ test-unit: ## Unit tests (no cluster).
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 30m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 FAILOVER_RUNS ?= 5
@@ -165,10 +169,20 @@ bench-failover: ## Per engine, FAILOVER_RUNS times: time to a writable -rw after
 	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
 
 .PHONY: test-faults
-test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, operator killed after a promotion, control-plane outage, switchover and rolling change under writes, synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database, an operator upgrade rolling Databases one at a time.
+test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, the operator killed at each step of a failover and of a switchover (24 kills), the API server restarted during a failover, control-plane outage, switchover and rolling change under writes, spec.parameters (reload and rolling restart), synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database, an operator upgrade rolling Databases one at a time.
 	@BIN=$$(hack/build-tools.sh cluster); \
-	LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 60m ./tests/e2e/ \
-		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilledAfterPromotion|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime'
+	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 90m ./tests/e2e/ \
+		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime'
+
+.PHONY: test-full
+test-full: test test-faults ## What CI runs, then the full tier: every fault scenario (make test-faults).
+
+FAULT_RUNS ?= 5
+.PHONY: bench-faults
+bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table the README keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
+	@BIN=$$(hack/build-tools.sh cluster); \
+	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition)$$' \
+		-benchtime=$(FAULT_RUNS)x -timeout 600m ./tests/e2e/ | tee /tmp/dbop-bench-faults.log
 
 .PHONY: bench-backup
 bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to a directory (real servers).

@@ -91,6 +91,19 @@ type DatabaseSpec struct {
 	// +optional
 	Replication ReplicationSpec `json:"replication,omitempty"`
 
+	// Parameters are the engine's server settings (postgresql.conf, my.cnf
+	// [mysqld]), by name. Those a running server takes are applied at once
+	// (PostgreSQL's reload, MySQL/MariaDB's SET GLOBAL); those it reads only
+	// at start roll the instances: replicas first, then a switchover, then
+	// the old primary, so no write is lost. The operator refuses names the
+	// server does not know and the settings it owns (the network, files,
+	// replication, fencing and TLS), and values over 1024 characters or with
+	// control characters (a line break would add a setting).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z][A-Za-z0-9_.-]{0,63}$'))",message="parameter names are letters, digits, '_', '.' and '-', starting with a letter, at most 64 characters"
+	Parameters map[string]string `json:"parameters,omitempty"`
+
 	// Primary names the instance pod (<name>-<ordinal>) that should be the
 	// primary. Setting it to another pod than status.currentPrimary asks for
 	// a switchover: the current primary is fenced, the target applies

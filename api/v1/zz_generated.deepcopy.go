@@ -302,6 +302,13 @@ func (in *DatabaseSpec) DeepCopyInto(out *DatabaseSpec) {
 	in.Resources.DeepCopyInto(&out.Resources)
 	in.Failover.DeepCopyInto(&out.Failover)
 	in.Replication.DeepCopyInto(&out.Replication)
+	if in.Parameters != nil {
+		in, out := &in.Parameters, &out.Parameters
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
 	if in.Backup != nil {
 		in, out := &in.Backup, &out.Backup
 		*out = new(BackupPolicy)

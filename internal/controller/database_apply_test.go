@@ -236,3 +236,41 @@ func TestSynchronousReplicationSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestParametersInConfiguration: spec.parameters end the configuration
+// file, quoted for PostgreSQL (a quote and a backslash in a value stay
+// data); a change of one the server takes while running leaves the pod
+// template as it was (the Parameters phase applies it), one it reads only
+// at start changes it (the pods roll).
+func TestParametersInConfiguration(t *testing.T) {
+	r := loadChart(t)
+	render := func(e dbv1.Engine, params map[string]string) (conf, checksum string) {
+		objs, err := desiredObjects(r, newDB(e, func(db *dbv1.Database) { db.Spec.Parameters = params }), ValueOptions{OperatorImage: testOperatorImage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _, _ := unstructured.NestedStringMap(byKindName(objs)["ConfigMap/orders-config"].Object, "data")
+		ann, _, _ := unstructured.NestedStringMap(byKindName(objs)["StatefulSet/orders"].Object, "spec", "template", "metadata", "annotations")
+		return data["postgresql.conf"] + data["operator.cnf"], ann["checksum/config"]
+	}
+	conf, base := render(dbv1.EnginePostgreSQL, nil)
+	if strings.Contains(conf, "spec.parameters") {
+		t.Errorf("a Database without parameters has a parameters section:\n%s", conf)
+	}
+	conf, reload := render(dbv1.EnginePostgreSQL, map[string]string{"work_mem": "8MB", "application_name": `it's \ here`})
+	for _, line := range []string{"work_mem = '8MB'", `application_name = 'it''s \\ here'`} {
+		if !strings.HasSuffix(strings.TrimSpace(conf), line) && !strings.Contains(conf, line+"\n") {
+			t.Errorf("postgresql.conf lacks %q:\n%s", line, conf)
+		}
+	}
+	if reload != base {
+		t.Error("a parameter PostgreSQL reloads changed the pod template: the pods would roll")
+	}
+	if _, restart := render(dbv1.EnginePostgreSQL, map[string]string{"shared_buffers": "256MB"}); restart == base {
+		t.Error("a parameter PostgreSQL reads at start left the pod template as it was: the pods would not roll")
+	}
+	conf, _ = render(dbv1.EngineMariaDB, map[string]string{"max-connections": "300"})
+	if !strings.Contains(conf, "max_connections = 300\n") || strings.Index(conf, "max_connections = 300") < strings.Index(conf, "max-connections = 200") {
+		t.Errorf("my.cnf: max_connections = 300 missing or before the default it overrides:\n%s", conf)
+	}
+}

@@ -130,6 +130,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Restore", r.reconcileRestore, false},
 		{"Roles", r.reconcileRoles, false},
 		{"Accounts", r.reconcileAccounts, false},
+		{"Parameters", r.reconcileParameters, false},
 	} {
 		if err := p.run(ctx, db, obs); err != nil {
 			obs.fail(p.name, err)

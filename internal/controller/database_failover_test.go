@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,6 +49,11 @@ func (fakeInstance) KeepSlots(context.Context, string, []string) (engine.Slots, 
 }
 
 func (fakeInstance) DropSlot(context.Context, string) error { return nil }
+
+// ApplyParameters: a server with nothing to change.
+func (fakeInstance) ApplyParameters(context.Context, map[string]string) ([]string, error) {
+	return nil, nil
+}
 
 func cand(name string, role engine.Role, applied, received engine.LSN) candidate {
 	return candidate{
@@ -248,5 +256,46 @@ func TestSynchronousQuorum(t *testing.T) {
 				t.Errorf("need %d, seen %d; want need %d, seen %d, promotable %v", need, seen, tt.need, tt.seen, tt.wantPromotable)
 			}
 		})
+	}
+}
+
+// TestFailoverWaitsForTheFencedPrimary: the old primary's pod is not ready
+// but its server answers (its agent made it read-only when it lost the
+// Lease): the failover fences it and promotes the replica only once that
+// has applied everything the old primary wrote, never with less.
+func TestFailoverWaitsForTheFencedPrimary(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Replicas = 2
+		db.Spec.Failover.DelaySeconds = ptr.To[int32](0)
+		db.Status.CurrentPrimary = "orders-0"
+		db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-time.Minute)}
+		db.Finalizers = []string{Finalizer}
+	})
+	pods := readyPods(db, 2)
+	pods[0].(*corev1.Pod).Status.Conditions[0].Status = corev1.ConditionFalse
+	servers := map[string]*scriptedServer{
+		"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},
+		"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 40, catchUpTo: 100},
+	}
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, append(pods, db)...)
+	r.Instances = scriptedConnector(c, servers)
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+	for range 3 {
+		_, _ = r.Reconcile(ctx, req)
+		if slices.Contains(servers["orders-1"].calls, "promote") {
+			break
+		}
+	}
+	next := servers["orders-1"]
+	if !slices.Contains(next.calls, "promote") {
+		t.Fatalf("orders-1 was never promoted (calls %v)", next.calls)
+	}
+	if !slices.Contains(servers["orders-0"].calls, "fence") {
+		t.Errorf("the old primary was not fenced (calls %v)", servers["orders-0"].calls)
+	}
+	if next.appliedAtPromote != 100 {
+		t.Errorf("orders-1 promoted at %d, before it applied the fenced primary's 100: its writes past that lost", next.appliedAtPromote)
 	}
 }

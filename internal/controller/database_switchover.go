@@ -156,7 +156,7 @@ func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, ol
 				return "", fmt.Errorf("reading %s's final position: %w", current, err)
 			}
 			final = st
-			if err := waitReached(ctx, next, final.Applied); err != nil {
+			if err := waitReached(ctx, next, final.Applied, switchoverCatchUp); err != nil {
 				return "", fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err)
 			}
 			return fmt.Sprintf("%s applied everything %s wrote, up to %s", target, current, final.Applied), nil
@@ -245,9 +245,9 @@ func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Datab
 	return fmt.Errorf("switchover incomplete: %w", cause)
 }
 
-// waitReached waits until inst has applied pos.
-func waitReached(ctx context.Context, inst engine.Instance, pos engine.Position) error {
-	ctx, cancel := context.WithTimeout(ctx, switchoverCatchUp)
+// waitReached waits up to within until inst has applied pos.
+func waitReached(ctx context.Context, inst engine.Instance, pos engine.Position, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for {
 		st, err := inst.Status(ctx)

@@ -30,6 +30,11 @@ type scriptedServer struct {
 	promoteErr   error
 	promoteTakes bool
 	calls        []string
+	// catchUpTo: each Status call applies 10 more, up to it (a replica
+	// still replaying what its primary sent).
+	catchUpTo engine.LSN
+	// appliedAtPromote is what it had applied when promoted.
+	appliedAtPromote engine.LSN
 }
 
 type scriptedInstance struct {
@@ -40,6 +45,9 @@ type scriptedInstance struct {
 func (i scriptedInstance) Status(context.Context) (engine.Status, error) {
 	i.s.mu.Lock()
 	defer i.s.mu.Unlock()
+	if i.s.applied < i.s.catchUpTo {
+		i.s.applied = min(i.s.applied+10, i.s.catchUpTo)
+	}
 	return engine.Status{Role: i.s.role, ReadOnly: i.s.readOnly, Applied: engine.Position{LSN: i.s.applied}, Received: engine.Position{LSN: i.s.applied}}, nil
 }
 
@@ -63,6 +71,7 @@ func (i scriptedInstance) Unfence(context.Context) error {
 func (i scriptedInstance) Promote(context.Context) error {
 	var err error
 	i.do("promote", func() {
+		i.s.appliedAtPromote = i.s.applied
 		if i.s.promoteErr == nil || i.s.promoteTakes {
 			i.s.role, i.s.readOnly = engine.RolePrimary, false
 		}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/parameters"
 )
 
 // chartName is the chart's name: the selector labels' app.kubernetes.io/name.
@@ -106,6 +107,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 	if replicas < 1 {
 		replicas = 1
 	}
+	all, restart := serverParameters(db)
 	image := db.Spec.Image
 	if image == "" {
 		image = opts.Images[string(db.Spec.Engine)+":"+effectiveVersion(db)]
@@ -126,7 +128,31 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 			"synchronousReplicas":  int64(db.Spec.SynchronousReplicas()),
 			"maxSlotWALKeepSizeMB": slotWALBoundMB(db.Spec.Storage.Size),
 		},
+		"parameters":        all,
+		"restartParameters": restart,
 	}
+}
+
+// serverParameters are spec.parameters by the names the server knows
+// them by, all of them (for the configuration file, which a starting
+// server reads) and those that take a restart (whose change rolls the
+// pods). One the webhook would refuse is left out: the Parameters phase
+// reports it.
+func serverParameters(db *dbv1.Database) (all, restart map[string]any) {
+	all, restart = map[string]any{}, map[string]any{}
+	engine := string(db.Spec.Engine)
+	for name, v := range db.Spec.Parameters {
+		class, err := parameters.Classify(engine, name)
+		if err != nil {
+			continue
+		}
+		n := parameters.Normalize(engine, name)
+		all[n] = v
+		if class == parameters.Restart {
+			restart[n] = v
+		}
+	}
+	return all, restart
 }
 
 // slotWALBoundMB bounds the WAL a PostgreSQL primary keeps for a replica

@@ -36,6 +36,7 @@ func TestChartValues(t *testing.T) {
 			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication", "operatorNamespace": "",
 			"networkPolicy": map[string]any{"enabled": true}, "agentImage": "",
 			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
+			"parameters":  map[string]any{}, "restartParameters": map[string]any{},
 		}
 	}
 	tests := []struct {
@@ -96,6 +97,16 @@ func TestChartValues(t *testing.T) {
 				m["resources"] = map[string]any{"requests": map[string]any{"cpu": "500m"}}
 				m["storage"] = map[string]any{"size": "1Gi"}
 				m["replication"] = map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(256)}
+			},
+		},
+		{
+			name: "parameters by the server's names; those read at start apart; refused ones left out",
+			db: newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+				db.Spec.Parameters = map[string]string{"Max-Connections": "300", "innodb_autoinc_lock_mode": "2", "port": "1", "nonsense": "1"}
+			}),
+			want: func(m map[string]any) {
+				m["parameters"] = map[string]any{"max_connections": "300", "innodb_autoinc_lock_mode": "2"}
+				m["restartParameters"] = map[string]any{"innodb_autoinc_lock_mode": "2"}
 			},
 		},
 		{

@@ -49,6 +49,10 @@ const (
 	// primary's last sampled replication position (engine.Position as
 	// JSON), which spec.failover.maxLag bounds a failover by.
 	primaryPositionAnnotation = "database.example.com/primary-position"
+	// appliedParametersAnnotation, on each instance's pod, names (a hash)
+	// the spec.parameters its running server took without a restart, so
+	// they are applied once per change and per pod.
+	appliedParametersAnnotation = "database.example.com/applied-parameters"
 )
 
 // Finalizer holds a Database until its volumes are handled per deletionPolicy.

@@ -152,6 +152,15 @@ type Instance interface {
 	// DropSlot, so the loss is seen until someone acts on it. MySQL and
 	// MariaDB keep binary logs instead: nothing to do.
 	KeepSlots(ctx context.Context, prefix string, names []string) (Slots, error)
+	// ApplyParameters sets settings a running server takes (the reload
+	// class of parameters.Classify; want maps names as it knows them to
+	// values) and returns the names whose value it changed. PostgreSQL:
+	// ALTER SYSTEM and a reload, and the names it set before that want no
+	// longer has are reset; a value the server refuses is an error naming
+	// it, and nothing is reloaded. MySQL and MariaDB: SET GLOBAL (a name
+	// no longer wanted keeps its value until the server restarts, from
+	// its configuration).
+	ApplyParameters(ctx context.Context, want map[string]string) ([]string, error)
 	// DropSlot drops one replication slot (a lost one, once its replica's
 	// rebuild is recorded); a slot that is not there is no error.
 	DropSlot(ctx context.Context, name string) error

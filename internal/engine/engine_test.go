@@ -240,3 +240,33 @@ func TestAccountStatements(t *testing.T) {
 		}
 	}
 }
+
+func TestMySQLSettingValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"300":  "300",
+		"2.5":  "2.5",
+		"32M":  "(32 << 20)",
+		"1g":   "(1 << 30)",
+		"64K":  "(64 << 10)",
+		"ON":   "'ON'",
+		"":     "''",
+		"1.":   "'1.'",
+		"M":    "'M'",
+		"a'b":  `'a\'b'`,
+		"12MB": "'12MB'",
+	} {
+		if got := mysqlSettingValue(in); got != want {
+			t.Errorf("mysqlSettingValue(%q) = %s, want %s", in, got, want)
+		}
+	}
+	for _, name := range []string{"work_mem", "pg_stat_statements.max"} {
+		if err := settingName(name); err != nil {
+			t.Errorf("settingName(%q): %v", name, err)
+		}
+	}
+	for _, name := range []string{"", "1abc", "a; DROP", "A"} {
+		if settingName(name) == nil {
+			t.Errorf("settingName(%q) accepted it", name)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -469,4 +471,29 @@ func (m *mysqlFamily) Databases(ctx context.Context) ([]string, error) {
 func (m *mysqlFamily) Empty(ctx context.Context) (bool, error) {
 	dbs, err := m.Databases(ctx)
 	return len(dbs) == 0, err
+}
+
+func (m *mysqlFamily) ApplyParameters(ctx context.Context, want map[string]string) ([]string, error) {
+	var changed []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if err := settingName(name); err != nil {
+			return changed, err
+		}
+		read := func() (string, error) {
+			var v sql.NullString
+			err := m.db.QueryRowContext(ctx, "SELECT @@GLOBAL."+name).Scan(&v)
+			return v.String, err
+		}
+		before, err := read()
+		if err != nil {
+			return changed, fmt.Errorf("%s %s: reading %s: %w", m.d.name(), m.ep, name, err)
+		}
+		if _, err := m.db.ExecContext(ctx, "SET GLOBAL "+name+" = "+mysqlSettingValue(want[name])); err != nil {
+			return changed, fmt.Errorf("%s %s: setting %s: %w", m.d.name(), m.ep, name, err)
+		}
+		if after, err := read(); err != nil || after != before {
+			changed = append(changed, name)
+		}
+	}
+	return changed, nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"example.com/database-operator/internal/parameters"
 )
 
 // ErrNotInRecovery means Follow was asked of a PostgreSQL primary: it can
@@ -538,4 +540,67 @@ func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
 		}
 	}
 	return nil
+}
+
+func (p *postgres) ApplyParameters(ctx context.Context, want map[string]string) ([]string, error) {
+	// What postgresql.auto.conf holds: ALTER SYSTEM's own file, read after
+	// postgresql.conf, so what it says wins.
+	rows, err := p.conn.Query(ctx, `SELECT name, setting FROM pg_file_settings WHERE sourcefile LIKE '%/postgresql.auto.conf' ORDER BY seqno`)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL %s: reading postgresql.auto.conf: %w", p.ep, err)
+	}
+	auto := map[string]string{}
+	for rows.Next() {
+		var name, setting string
+		if err := rows.Scan(&name, &setting); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		auto[name] = setting
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var changed []string
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		v := want[name]
+		if have, ok := auto[name]; ok && sameSetting(have, v) {
+			continue
+		}
+		if err := settingName(name); err != nil {
+			return changed, err
+		}
+		value := sqlLiteral(v)
+		if postgresListParameters[name] {
+			var items []string
+			for _, item := range strings.Split(v, ",") {
+				items = append(items, sqlLiteral(strings.TrimSpace(item)))
+			}
+			value = strings.Join(items, ", ")
+		}
+		if _, err := p.conn.Exec(ctx, `ALTER SYSTEM SET `+name+` = `+value); err != nil {
+			return changed, fmt.Errorf("PostgreSQL %s: setting %s: %w", p.ep, name, err)
+		}
+		changed = append(changed, name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(auto)) {
+		if _, wanted := want[name]; wanted || parameters.OperatorOwned("postgresql", name) != "" {
+			continue // the operator's own (the fence, primary_conninfo) stay
+		}
+		if err := settingName(name); err != nil {
+			return changed, err
+		}
+		if _, err := p.conn.Exec(ctx, `ALTER SYSTEM RESET `+name); err != nil {
+			return changed, fmt.Errorf("PostgreSQL %s: resetting %s: %w", p.ep, name, err)
+		}
+		changed = append(changed, name)
+	}
+	if len(changed) == 0 {
+		return nil, nil
+	}
+	if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return changed, fmt.Errorf("PostgreSQL %s: reloading configuration: %w", p.ep, err)
+	}
+	return changed, nil
 }

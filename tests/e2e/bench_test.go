@@ -2,12 +2,11 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -76,73 +75,112 @@ func hangServer(t testing.TB, d dialect, ns, pod string) {
 }
 
 // benchFault runs fault on a three-instance Database's primary b.N times
-// per engine and reports p50 and p95 of the time to the first write
-// through -rw (on another primary when moved, on the same when not).
-// beside, when given, prepares another fault applied at the same moment.
+// per engine (see faultOnce).
 func benchFault(b *testing.B, what string, fault func(b *testing.B, d dialect, ns, pod string), moved bool, beside ...func(testing.TB, dialect) func()) {
+	benchRuns(b, what, func(b *testing.B, d dialect) faultRun { return faultOnce(b, d, fault, moved, beside...) })
+}
+
+// benchRuns runs one fault scenario b.N times per engine, reports p50 and
+// p95 of the time to a writable -rw, the longest two-writer time and the
+// writes lost (set aside), and keeps the runs for the table TestMain
+// prints (`make bench-faults`).
+func benchRuns(b *testing.B, scenario string, once func(b *testing.B, d dialect) faultRun) {
 	for _, d := range dialects {
 		b.Run(d.name(), func(b *testing.B) {
-			var times []time.Duration
+			var runs []faultRun
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				times = append(times, faultOnce(b, d, fault, moved, beside...))
+				runs = append(runs, once(b, d))
 				b.StartTimer()
 			}
-			slices.Sort(times)
-			b.Logf("%s %s, sorted: %v", d.name(), what, times)
-			b.ReportMetric(float64(percentile(times, 0.5).Milliseconds()), "p50-ms")
-			b.ReportMetric(float64(percentile(times, 0.95).Milliseconds()), "p95-ms")
+			// The testing package calls a benchmark once with N=1 before
+			// N=FAULT_RUNS: the last call's runs are the table's.
+			faultTable[[2]string{scenario, d.name()}] = runs
+			var toRW []time.Duration
+			var two time.Duration
+			lost := 0
+			for _, r := range runs {
+				toRW, two, lost = append(toRW, r.toRW), max(two, r.twoWriters), lost+r.lost
+			}
+			slices.Sort(toRW)
+			b.Logf("%s %s: time to writable -rw, sorted: %v", d.name(), scenario, toRW)
+			b.ReportMetric(float64(percentile(toRW, 0.5).Milliseconds()), "p50-ms")
+			b.ReportMetric(float64(percentile(toRW, 0.95).Milliseconds()), "p95-ms")
+			b.ReportMetric(float64(two.Milliseconds()), "two-writers-ms")
+			b.ReportMetric(float64(lost), "lost-set-aside")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
 }
 
 // faultOnce builds a three-instance Database, applies fault to its
-// primary and returns how long until a write through -rw succeeds.
-func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, pod string), moved bool, beside ...func(testing.TB, dialect) func()) time.Duration {
+// primary under the write-history checker, waits for a write through -rw
+// (on another primary when moved, on the same when not), brings the
+// primary's machine back and, once the Database converged, counts the
+// acknowledged writes the final primary lacks.
+func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, pod string), moved bool, beside ...func(testing.TB, dialect) func()) faultRun {
 	db, open := haDatabase(b, d, "bench", 3, func(db *dbv1.Database) { *db.Spec.Failover.DelaySeconds = 0 })
 	defer func() { _ = k8s.Delete(context.Background(), db) }()
 	var also []func()
 	for _, prepare := range beside {
 		also = append(also, prepare(b, d))
 	}
-	old := db.Name + "-0"
-	r := clusterResolver()
-	start := time.Now()
+	ns, old := db.Namespace, db.Name+"-0"
+	oldIP := podIP(b, ns, old)
+	writes := watchWrites(b, d, db, open, 30*time.Second, old)
+	time.Sleep(time.Second) // the writers are under way
+	writes.faultNow()
 	for _, f := range also {
 		f()
 	}
-	fault(b, d, db.Namespace, old)
-	// A new id per attempt: a write whose answer was lost may have been
-	// committed, and retrying its id would fail for ever as a duplicate.
-	var last error
-	for id := 1; time.Since(start) < 2*time.Minute; id++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		addrs, err := r.LookupHost(ctx, db.Name+"-rw."+db.Namespace+".svc.cluster.local")
-		cancel()
-		switch {
-		case err != nil:
-			last = err
-		case len(addrs) != 1:
-			last = fmt.Errorf("-rw resolves to %v", addrs)
-		default:
-			c := open(addrs[0])
-			err := execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'after')", id))
-			_ = c.Close()
-			if err == nil && (podRole(db.Namespace, old) != "primary") == moved {
-				return time.Since(start)
-			}
-			last = err
-		}
-		time.Sleep(10 * time.Millisecond)
+	fault(b, d, ns, old)
+	from := ""
+	if moved {
+		from = old
 	}
-	got := &dbv1.Database{}
-	_ = k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got)
-	b.Fatalf("no write through %s-rw within 2 minutes (last: %v); status %+v", db.Name, last, got.Status)
-	return 0
+	notIP := ""
+	if moved {
+		notIP = oldIP
+	}
+	probe := 900000
+	eventually(b, 2*time.Minute, "a write through -rw after the fault", func() string {
+		probe++ // a write whose answer was lost may have been committed
+		return wroteThroughRW(db, open, notIP, probe)
+	})
+	time.Sleep(time.Second) // -rw's writer sees it too
+	res := writes.stop(from)
+	_ = node.Up(ns, old)
+	got := waitRunning(b, db, 3, 3*time.Minute)
+	writes.lost(&res, open(podIP(b, ns, got.Status.CurrentPrimary)), from)
+	return res
+}
+
+// wroteThroughRW says why write id through -rw fails now, or that it
+// succeeded ("") on a server other than the one at notIP.
+func wroteThroughRW(db *dbv1.Database, open func(string) *sql.DB, notIP string, id int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	addrs, err := clusterResolver().LookupHost(ctx, db.Name+"-rw."+db.Namespace+".svc.cluster.local")
+	cancel()
+	switch {
+	case err != nil:
+		return err.Error()
+	case len(addrs) != 1:
+		return fmt.Sprintf("-rw resolves to %v", addrs)
+	case addrs[0] == notIP:
+		return "-rw still names the former primary"
+	}
+	c := open(addrs[0])
+	defer c.Close()
+	if err := execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'probe')", id)); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // percentile is the p-th of sorted durations (nearest rank).
 func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
 	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
 }

@@ -801,57 +801,68 @@ func noAckedWriteLost(t testing.TB, primary *sql.DB, acked []int) map[int]bool {
 // acknowledged write is lost.
 func TestRollingChangeSwitchesOver(t *testing.T) {
 	for _, d := range dialects {
-		t.Run(d.name(), func(t *testing.T) {
-			db, open := haDatabase(t, d, "roll", 2)
-			ns := db.Namespace
-			ctx := context.Background()
-			old, next := db.Name+"-0", db.Name+"-1"
-			stopWriting := writeThroughRW(d, db, open)
-			time.Sleep(time.Second)
-			if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
-				t.Fatal(err)
-			}
-			db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
-			if err := k8s.Update(ctx, db); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 3*time.Minute, "every pod on the new revision, the primary moved", func() string {
-				sts, err := cs.AppsV1().StatefulSets(ns).Get(ctx, db.Name, metav1.GetOptions{})
-				if err != nil {
-					return err.Error()
-				}
-				rev := sts.Status.UpdateRevision
-				for _, name := range []string{old, next} {
-					p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-					if err != nil {
-						return err.Error()
-					}
-					if got := p.Labels["controller-revision-hash"]; got != rev || p.Spec.Containers[0].Resources.Requests.Cpu().String() != "150m" {
-						return fmt.Sprintf("%s at revision %s, want %s", name, got, rev)
-					}
-				}
-				if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
-					return err.Error()
-				}
-				if db.Status.CurrentPrimary != next {
-					return "primary " + db.Status.CurrentPrimary
-				}
-				return ""
-			})
-			waitRunning(t, db, 2, 3*time.Minute)
-			time.Sleep(2 * time.Second) // writes through -rw on the new primary
-			acked := stopWriting()
-			have := noAckedWriteLost(t, open(podIP(t, ns, next)), acked)
-			if db.Status.LastFailover != nil {
-				t.Errorf("a rolling change failed over: %+v", db.Status.LastFailover)
-			}
-			wantEvents(t, db, "RolloutSwitchover", "SwitchoverCompleted", "InstanceRestarted")
-			eventually(t, 2*time.Minute, "the old primary a read-only replica with every row", func() string {
-				return atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, len(have), true) })
-			})
-			t.Logf("%d writes acknowledged during the rollout, none lost", len(acked))
-		})
+		t.Run(d.name(), func(t *testing.T) { rollingChange(t, d) })
 	}
+}
+
+// rollingChange runs TestRollingChangeSwitchesOver's scenario on a new
+// Database under the write-history checker (through -rw, and on both
+// pods' machines as the application) and fails t on any violation.
+func rollingChange(t testing.TB, d dialect) faultRun {
+	db, open := haDatabase(t, d, "roll", 2)
+	defer func() { _ = k8s.Delete(context.Background(), db) }()
+	ns := db.Namespace
+	ctx := context.Background()
+	old, next := db.Name+"-0", db.Name+"-1"
+	writes := watchWrites(t, d, db, open, 40*time.Second, old, next)
+	time.Sleep(time.Second)
+	updateDatabase(t, db, func(db *dbv1.Database) {
+		db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	})
+	writes.faultNow()
+	eventually(t, 3*time.Minute, "every pod on the new revision, the primary moved", func() string {
+		sts, err := cs.AppsV1().StatefulSets(ns).Get(ctx, db.Name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		rev := sts.Status.UpdateRevision
+		for _, name := range []string{old, next} {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			if got := p.Labels["controller-revision-hash"]; got != rev || p.Spec.Containers[0].Resources.Requests.Cpu().String() != "150m" {
+				return fmt.Sprintf("%s at revision %s, want %s", name, got, rev)
+			}
+		}
+		if got := k8sDatabase(t, db); got.Status.CurrentPrimary != next {
+			return "primary " + got.Status.CurrentPrimary
+		}
+		return ""
+	})
+	got := waitRunning(t, db, 2, 3*time.Minute)
+	time.Sleep(2 * time.Second) // writes through -rw on the new primary
+	res := writes.stop(old)
+	writes.lost(&res, open(podIP(t, ns, next)), "")
+	if got.Status.LastFailover != nil {
+		t.Errorf("a rolling change failed over: %+v", got.Status.LastFailover)
+	}
+	wantEvents(t, db, "RolloutSwitchover", "SwitchoverCompleted", "InstanceRestarted")
+	var rows int // the writers are done
+	if err := open(podIP(t, ns, next)).QueryRow("SELECT count(*) FROM orders").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the old primary a read-only replica with every row", func() string {
+		return atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, rows, true) })
+	})
+	return res
+}
+
+// BenchmarkRollingChange repeats the rolling change under writes (`make
+// bench-faults`): the time to a writable -rw is from the change to the
+// first write on the new primary.
+func BenchmarkRollingChange(b *testing.B) {
+	benchRuns(b, "rolling change under writes (a switchover)", func(b *testing.B, d dialect) faultRun { return rollingChange(b, d) })
 }
 
 // TestRollingChangeWithPinnedPrimary: with spec.primary naming the

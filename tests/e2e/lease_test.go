@@ -6,8 +6,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +14,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -30,10 +27,12 @@ func (d dialect) nowMillis() string {
 	return "SELECT CAST(ROUND(UNIX_TIMESTAMP(NOW(6)) * 1000) AS SIGNED)"
 }
 
-// ack is one acknowledged write and the server's clock just after it.
+// ack is one acknowledged write and the server's clock just after it;
+// host is the address written to, when not the pod's own loopback.
 type ack struct {
-	id int
-	ms int64
+	id   int
+	ms   int64
+	host string
 }
 
 // writeInPod writes rows ids from, from+1, ... on pod's own server over its
@@ -45,7 +44,7 @@ func writeInPod(t testing.TB, d dialect, db *dbv1.Database, pod string, from int
 	user, password, database := appCredentials(t, db)
 	var one string
 	if d.engine == dbv1.EnginePostgreSQL {
-		one = fmt.Sprintf(`psql -h 127.0.0.1 -U %s -d %s -qAt -c "INSERT INTO orders VALUES ($i, 'in-pod')" -c %q`, user, database, d.nowMillis())
+		one = fmt.Sprintf(`psql -h 127.0.0.1 -U %s -d %s -qAt -v ON_ERROR_STOP=1 -c "INSERT INTO orders VALUES ($i, 'in-pod')" -c %q`, user, database, d.nowMillis())
 	} else {
 		one = fmt.Sprintf(`mariadb -h127.0.0.1 -u%s %s -N -B -e "INSERT INTO orders VALUES ($i, 'in-pod'); %s"`, user, database, d.nowMillis())
 	}
@@ -66,7 +65,9 @@ done`, password, password, from, int(duration.Seconds()), one)
 	return func() []ack {
 		<-done
 		if err != nil {
-			t.Fatalf("the writer in %s: %v: %s", pod, err, tail(string(out), 2000))
+			// A pod whose machine was lost ends its writer: what it
+			// printed before counts.
+			t.Logf("the writer in %s ended early: %v: %s", pod, err, tail(string(out), 300))
 		}
 		return parseAcks(out)
 	}
@@ -92,7 +93,7 @@ func parseAcks(out []byte) []ack {
 		id, err1 := strconv.Atoi(f[1])
 		ms, err2 := strconv.ParseInt(f[2], 10, 64)
 		if err1 == nil && err2 == nil {
-			acks = append(acks, ack{id, ms})
+			acks = append(acks, ack{id: id, ms: ms})
 		}
 	}
 	return acks
@@ -127,7 +128,7 @@ func writeThroughRWTimed(d dialect, db *dbv1.Database, open func(string) *sql.DB
 					if _, err := conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'rw')", i)); err == nil {
 						if conn.QueryRowContext(ctx, d.nowMillis()).Scan(&ms) == nil {
 							mu.Lock()
-							acks = append(acks, ack{i, ms})
+							acks = append(acks, ack{i, ms, addrs[0]})
 							mu.Unlock()
 						}
 					}
@@ -164,31 +165,29 @@ func TestPartitionedPrimaryStopsTakingWrites(t *testing.T) {
 	}
 }
 
-// partition is what one partition of a primary showed, by the servers'
-// clocks: how long after the cut -rw took its first write, how long the
-// two servers both took writes (0: never), and how many writes the old
-// primary acknowledged that the new one lacks (set aside, or the run
-// failed).
-type partition struct {
-	toRW, twoWriters time.Duration
-	acked, lost      int
-}
-
 // partitionOnce runs the partition scenario on a new Database of n
 // instances and fails t on any violation (see
 // TestPartitionedPrimaryStopsTakingWrites); with synchronous replication
 // (mutate), a single lost acknowledged write is one.
-func partitionOnce(t testing.TB, d dialect, name string, n int32, mutate ...func(*dbv1.Database)) partition {
+func partitionOnce(t testing.TB, d dialect, name string, n int32, mutate ...func(*dbv1.Database)) faultRun {
+	return partitionWith(t, d, name, n, nil, mutate...)
+}
+
+// partitionWith is partitionOnce with another fault during the failover:
+// during, when given, runs in its own goroutine from the moment of the
+// cut, and the failover must complete in spite of it.
+func partitionWith(t testing.TB, d dialect, name string, n int32, during func(db *dbv1.Database), mutate ...func(*dbv1.Database)) faultRun {
 	db, open := haDatabase(t, d, name, n, mutate...)
 	defer func() { _ = k8s.Delete(context.Background(), db) }()
 	ns := db.Namespace
 	old := db.Name + "-0"
 
-	inPod := writeInPod(t, d, db, old, 100000, 50*time.Second)
+	writes := watchWrites(t, d, db, open, 50*time.Second, old)
 	time.Sleep(2 * time.Second) // the in-pod writer is under way
 	if err := node.Partition(ns, old); err != nil {
 		t.Fatal(err)
 	}
+	writes.faultNow()
 	healed := false
 	heal := func() {
 		if !healed {
@@ -199,28 +198,20 @@ func partitionOnce(t testing.TB, d dialect, name string, n int32, mutate ...func
 		}
 	}
 	defer heal()
-	cut := time.Now()
-	stopRW := writeThroughRWTimed(d, db, open, 200000)
-	got := waitFailover(t, db, old, 2*time.Minute)
+	duringDone := make(chan struct{})
+	go func() {
+		defer close(duringDone)
+		if during != nil {
+			during(db)
+		}
+	}()
+	got := waitFailover(t, db, old, 3*time.Minute)
+	<-duringDone
 	repl := got.Status.CurrentPrimary
-	t.Logf("%s promoted %s after the partition", repl, time.Since(cut).Round(time.Second))
-	oldAcks := inPod()
-	rwAcks := stopRW()
-	if len(oldAcks) == 0 || len(rwAcks) == 0 {
-		t.Fatalf("acknowledged writes: %d in the partitioned pod, %d through -rw; want some of each", len(oldAcks), len(rwAcks))
-	}
-	lastOld := slices.MaxFunc(oldAcks, func(a, b ack) int { return int(a.ms - b.ms) })
-	firstNew := slices.MinFunc(rwAcks, func(a, b ack) int { return int(a.ms - b.ms) })
-	res := partition{toRW: time.UnixMilli(firstNew.ms).Sub(cut), acked: len(oldAcks)}
-	if lastOld.ms >= firstNew.ms {
-		res.twoWriters = time.Duration(lastOld.ms-firstNew.ms) * time.Millisecond
-	}
-	t.Logf("the partitioned primary acknowledged %d writes, its last %s after the cut; -rw acknowledged %d, its first %s after the cut; gap %s",
-		len(oldAcks), time.UnixMilli(lastOld.ms).Sub(cut).Round(time.Millisecond), len(rwAcks),
-		res.toRW.Round(time.Millisecond), time.Duration(firstNew.ms-lastOld.ms)*time.Millisecond)
-	if res.twoWriters > 0 {
-		t.Errorf("two servers took writes at once: the partitioned primary acknowledged write %d at %s, after the new primary acknowledged write %d at %s",
-			lastOld.id, time.UnixMilli(lastOld.ms).Format(time.StampMilli), firstNew.id, time.UnixMilli(firstNew.ms).Format(time.StampMilli))
+	t.Logf("%s promoted %s after the partition", repl, time.Since(writes.fault).Round(time.Second))
+	res := writes.stop(old)
+	if n := writes.counts(); n[old] == 0 {
+		t.Fatalf("acknowledged writes %v: want some in the partitioned pod", n)
 	}
 	lease, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
 	if err != nil || holder(lease) != repl {
@@ -229,27 +220,7 @@ func partitionOnce(t testing.TB, d dialect, name string, n int32, mutate ...func
 
 	heal()
 	waitRunning(t, db, n, 3*time.Minute)
-	have := noAckedWriteLost(t, open(podIP(t, ns, repl)), ids(rwAcks))
-	for _, a := range oldAcks {
-		if !have[a.id] {
-			res.lost++
-		}
-	}
-	t.Logf("%d of the partitioned primary's %d acknowledged writes never reached the new primary", res.lost, len(oldAcks))
-	if k := db.Spec.SynchronousReplicas(); k > 0 && res.lost > 0 {
-		t.Errorf("synchronous replication (%d replica(s) per commit) lost %d acknowledged writes of the partitioned primary", k, res.lost)
-	}
-	if res.lost > 0 {
-		// Asynchronous replication loses them; they must be kept aside.
-		claim := claimDir(t, ns, "data-"+old)
-		pattern := map[dbv1.Engine]string{dbv1.EnginePostgreSQL: "diverged-wal-*", dbv1.EngineMariaDB: "*rebuild*"}[d.engine]
-		eventually(t, 3*time.Minute, "the former primary's diverged writes set aside", func() string {
-			if aside, _ := filepath.Glob(filepath.Join(claim, pattern)); len(aside) == 0 {
-				return "nothing set aside in " + claim
-			}
-			return ""
-		})
-	}
+	writes.lost(&res, open(podIP(t, ns, repl)), old)
 	return res
 }
 
@@ -259,31 +230,9 @@ func partitionOnce(t testing.TB, d dialect, name string, n int32, mutate ...func
 // and the old primary's writes lost to asynchronous replication, all set
 // aside (a run whose lost writes are not set aside fails).
 func BenchmarkPartition(b *testing.B) {
-	for _, d := range dialects {
-		b.Run(d.name(), func(b *testing.B) {
-			var runs []partition
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				runs = append(runs, partitionOnce(b, d, "part", 2))
-				b.StartTimer()
-			}
-			toRW := make([]time.Duration, len(runs))
-			var twoWriters time.Duration
-			lost, acked := 0, 0
-			for i, r := range runs {
-				toRW[i], twoWriters = r.toRW, max(twoWriters, r.twoWriters)
-				lost, acked = lost+r.lost, acked+r.acked
-			}
-			slices.Sort(toRW)
-			b.Logf("%s partition: %d runs; time to writable -rw, sorted: %v; longest two-writer time %s; the old primary's acknowledged writes lost (set aside) %d of %d",
-				d.name(), len(runs), toRW, twoWriters, lost, acked)
-			b.ReportMetric(float64(percentile(toRW, 0.5).Milliseconds()), "p50-ms")
-			b.ReportMetric(float64(percentile(toRW, 0.95).Milliseconds()), "p95-ms")
-			b.ReportMetric(float64(twoWriters.Milliseconds()), "two-writers-ms")
-			b.ReportMetric(float64(lost), "lost-set-aside")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+	benchRuns(b, "primary cut off (a client on its machine still writes), then healed", func(b *testing.B, d dialect) faultRun {
+		return partitionOnce(b, d, "part", 2)
+	})
 }
 
 func holder(l *coordinationv1.Lease) string {
@@ -300,44 +249,65 @@ func holder(l *coordinationv1.Lease) string {
 // it (the failsafe). Nothing is promoted, and renewals resume afterwards.
 func TestControlPlaneOutageKeepsThePrimary(t *testing.T) {
 	for _, d := range dialects {
-		t.Run(d.name(), func(t *testing.T) {
-			db, _, primary, _ := replicatedPair(t, d, "cpo")
-			ns := db.Namespace
-			node.BlockAPI()
-			t.Cleanup(node.UnblockAPI)
-			outage := time.Now()
-			var failed []string
-			for id := 1000; time.Since(outage) < 45*time.Second; id++ {
-				if err := execTimeout(primary, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'outage')", id)); err != nil {
-					failed = append(failed, fmt.Sprintf("%s: %v", time.Since(outage).Round(time.Second), err))
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			node.UnblockAPI()
-			if len(failed) > 0 {
-				t.Errorf("the primary refused %d writes during the control-plane outage (the failsafe should keep it): %v", len(failed), failed[:min(len(failed), 5)])
-			}
-			got := &dbv1.Database{}
-			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
-				t.Fatal(err)
-			}
-			if got.Status.CurrentPrimary != db.Name+"-0" || got.Status.LastFailover != nil {
-				t.Errorf("after the outage: primary %s, last failover %+v; want %s-0 and none", got.Status.CurrentPrimary, got.Status.LastFailover, db.Name)
-			}
-			before, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 30*time.Second, "the primary Lease renewed again", func() string {
-				l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
-				if err != nil {
-					return err.Error()
-				}
-				if holder(l) != db.Name+"-0" || l.ResourceVersion == before.ResourceVersion {
-					return fmt.Sprintf("holder %s, version %s", holder(l), l.ResourceVersion)
-				}
-				return ""
-			})
-		})
+		t.Run(d.name(), func(t *testing.T) { controlPlaneOutage(t, d) })
 	}
+}
+
+// BenchmarkControlPlaneOutage repeats TestControlPlaneOutageKeepsThePrimary
+// (`make bench-faults`); its time to a writable -rw is the longest time the
+// primary refused writes (0: never).
+func BenchmarkControlPlaneOutage(b *testing.B) {
+	benchRuns(b, "API server unreachable for 3 Lease durations (the failsafe)", func(b *testing.B, d dialect) faultRun {
+		return controlPlaneOutage(b, d)
+	})
+}
+
+// controlPlaneOutage runs the scenario on a new Database and fails t
+// unless the primary took every write and nothing was promoted.
+func controlPlaneOutage(t testing.TB, d dialect) faultRun {
+	db, _, primary, _ := replicatedPair(t, d, "cpo")
+	defer func() { _ = k8s.Delete(context.Background(), db) }()
+	ns := db.Namespace
+	node.BlockAPI()
+	defer node.UnblockAPI()
+	outage := time.Now()
+	var failed []string
+	var res faultRun
+	var refusedSince time.Time
+	for id := 1000; time.Since(outage) < 45*time.Second; id++ {
+		if err := execTimeout(primary, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'outage')", id)); err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", time.Since(outage).Round(time.Second), err))
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			res.toRW = max(res.toRW, time.Since(refusedSince))
+		} else {
+			res.acked++
+			refusedSince = time.Time{}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	node.UnblockAPI()
+	if len(failed) > 0 {
+		t.Errorf("the primary refused %d writes during the control-plane outage (the failsafe should keep it): %v", len(failed), failed[:min(len(failed), 5)])
+	}
+	got := k8sDatabase(t, db)
+	if got.Status.CurrentPrimary != db.Name+"-0" || got.Status.LastFailover != nil {
+		t.Errorf("after the outage: primary %s, last failover %+v; want %s-0 and none", got.Status.CurrentPrimary, got.Status.LastFailover, db.Name)
+	}
+	before, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the primary Lease renewed again", func() string {
+		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), db.Name+"-primary", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if holder(l) != db.Name+"-0" || l.ResourceVersion == before.ResourceVersion {
+			return fmt.Sprintf("holder %s, version %s", holder(l), l.ResourceVersion)
+		}
+		return ""
+	})
+	return res
 }

@@ -51,6 +51,8 @@ var (
 	k8s  client.Client
 	cs   kubernetes.Interface
 	node *processnode.Node
+	// cluster is the control plane, for tests that restart its API server.
+	cluster *localcluster.Cluster
 	// operatorCondition is where the operator reports Upgradeable, as
 	// under OLM.
 	operatorCondition types.NamespacedName
@@ -95,6 +97,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer c.Stop()
+	cluster = c
 	cs = kubernetes.NewForConfigOrDie(c.Config)
 	kubeconfig = c.Kubeconfig
 	kubectl = filepath.Join(bin, "kubectl")
@@ -156,6 +159,7 @@ func run(m *testing.M) int {
 	}
 
 	code := m.Run()
+	printFaultTable()
 	op.kill()
 	cancel()
 	node.Wait()

@@ -33,7 +33,10 @@ type operator struct {
 	stop    context.CancelFunc
 	done    chan error
 	trigger func(*http.Request) bool
-	killed  chan struct{}
+	// after: the matched request reaches the API server before the kill
+	// (the write happened; its answer never arrives).
+	after  bool
+	killed chan struct{}
 	// dead: killed at a request; a dead process sends nothing more, so
 	// every later request of the old manager is refused too.
 	dead bool
@@ -112,9 +115,19 @@ func (o *operator) kill() {
 // refused (it never reaches the API server) and the operator is killed.
 // The returned channel closes once it is dead.
 func (o *operator) killAt(match func(*http.Request) bool) <-chan struct{} {
+	return o.arm(match, false)
+}
+
+// killAfter is killAt where the matched request reaches the API server
+// first: the operator dies just after that write.
+func (o *operator) killAfter(match func(*http.Request) bool) <-chan struct{} {
+	return o.arm(match, true)
+}
+
+func (o *operator) arm(match func(*http.Request) bool, after bool) <-chan struct{} {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.trigger, o.killed = match, make(chan struct{})
+	o.trigger, o.after, o.killed = match, after, make(chan struct{})
 	return o.killed
 }
 
@@ -134,7 +147,7 @@ type killSwitch struct {
 
 func (k killSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
 	k.o.mu.Lock()
-	match, killed, dead := k.o.trigger, k.o.killed, k.o.dead
+	match, after, killed, dead := k.o.trigger, k.o.after, k.o.killed, k.o.dead
 	fire := !dead && match != nil && match(r)
 	if fire {
 		k.o.trigger, k.o.dead = nil, true
@@ -144,6 +157,11 @@ func (k killSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, errKilled
 	}
 	if fire {
+		if after {
+			if resp, err := k.next.RoundTrip(r); err == nil {
+				_ = resp.Body.Close()
+			}
+		}
 		// Killing waits for the reconcile that made this request: not here.
 		go func() {
 			k.o.kill()

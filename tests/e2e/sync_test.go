@@ -36,6 +36,14 @@ func TestSynchronousPartitionLosesNoWrite(t *testing.T) {
 	}
 }
 
+// BenchmarkSynchronousPartition repeats TestSynchronousPartitionLosesNoWrite
+// (`make bench-faults`).
+func BenchmarkSynchronousPartition(b *testing.B) {
+	benchRuns(b, "synchronous (1 of 2 replicas): primary cut off, then healed", func(b *testing.B, d dialect) faultRun {
+		return partitionOnce(b, d, "syncpart", 3, synchronous(1))
+	})
+}
+
 // TestSynchronousPrimaryAndStandbyLost: three instances, each commit on one
 // of the two replicas. The primary's machine and one replica's are lost
 // together. The replica left may not hold every acknowledged write (the

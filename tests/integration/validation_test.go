@@ -67,6 +67,8 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		{"MariaDB waits for one replica", func(s map[string]any) {
 			s["engine"], s["replicas"], s["replication"] = "mariadb", int64(3), map[string]any{"mode": "Synchronous", "synchronousReplicas": int64(2)}
 		}, "replication.synchronousReplicas must be 1"},
+		{"a parameter name that is not one", func(s map[string]any) { s["parameters"] = map[string]any{"work mem": "8MB"} },
+			"parameter names are letters, digits"},
 		{"unknown replication mode", func(s map[string]any) { s["replication"] = map[string]any{"mode": "Quorum"} }, `spec.replication.mode: Unsupported value: "Quorum"`},
 		{"bootstrap from two sources", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "source": map[string]any{"target": map[string]any{}, "path": "ns/db/b1"}}

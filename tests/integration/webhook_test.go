@@ -283,6 +283,14 @@ func TestWebhookRefusals(t *testing.T) {
 		{"scale below the ready replicas during a switchover", "spec.replicas",
 			"cannot scale from 3 to 2 while a switchover to " + target + " is in progress: 3 instances are ready and the failover may need any of them; wait until the Ready condition is True, then scale down",
 			func(d *dbv1.Database) { d.Spec.Replicas = 2 }},
+		{"a parameter the server does not know", "spec.parameters[max_conections]", "max_conections is not a setting postgresql knows",
+			func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"max_conections": "300"} }},
+		{"a parameter the operator owns", "spec.parameters[synchronous_commit]", "synchronous_commit is set by the operator (replication and failover)",
+			func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"synchronous_commit": "off"} }},
+		{"a parameter value that adds a line", "spec.parameters[work_mem]", "a value is at most 1024 characters, on one line, without control characters",
+			func(d *dbv1.Database) {
+				d.Spec.Parameters = map[string]string{"work_mem": "8MB\nlisten_addresses = '*'"}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

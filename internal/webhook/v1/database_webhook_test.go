@@ -106,6 +106,22 @@ func TestValidatorRules(t *testing.T) {
 		{name: "synchronous with every replica", new: db(func(d *dbv1.Database) {
 			d.Spec.Replicas, d.Spec.Replication.Mode = 2, dbv1.ReplicationSynchronous
 		}), warning: "every commit waits for all 1 replicas, so the primary takes no write while any replica is down"},
+		{name: "parameters the server knows", new: db(func(d *dbv1.Database) {
+			d.Spec.Parameters = map[string]string{"max-connections": "300", "long_query_time": "2"}
+		})},
+		{name: "a parameter the server does not know", new: db(func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"max_conections": "300"} }),
+			err: `spec.parameters[max_conections]: Invalid value: "300": max_conections is not a setting mariadb knows`},
+		{name: "a parameter the operator owns", new: db(func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"read-only": "OFF"} }),
+			err: `spec.parameters[read-only]: Invalid value: "OFF": read_only is set by the operator (replication and failover)`},
+		{name: "a parameter value over two lines", new: db(func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"long_query_time": "2\nread_only = OFF"} }),
+			err: "a value is at most 1024 characters, on one line, without control characters"},
+		{name: "a fixed parameter", new: db(func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"version": "1"} }),
+			err: "version is fixed when the server is built or initialized and cannot be set"},
+		{name: "one option spelled twice", new: db(func(d *dbv1.Database) {
+			d.Spec.Parameters = map[string]string{"max-connections": "300", "max_connections": "400"}
+		}), err: `spec.parameters[max_connections]: Duplicate value: "max-connections and max_connections are one setting (max_connections)"`},
+		{name: "a parameter admitted before stays admitted", old: db(func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"gone": "1"} }),
+			new: db(func(d *dbv1.Database) { d.Spec.Parameters, d.Spec.Replicas = map[string]string{"gone": "1"}, 3 })},
 		{name: "deletion protection restored", old: db(func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete }), new: db()},
 	}
 	for _, tt := range tests {

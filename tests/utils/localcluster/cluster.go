@@ -279,6 +279,36 @@ func (c *Cluster) Stop() error {
 	return nil
 }
 
+// RestartAPIServer stops kube-apiserver, leaves it down for down (clients
+// see connections refused, as during an upgrade or a crash of the control
+// plane), starts it again with the same flags and waits until it is ready.
+// etcd keeps every object.
+func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	for i, p := range c.procs {
+		if p.name != "kube-apiserver" {
+			continue
+		}
+		if err := p.stop(10 * time.Second); err != nil {
+			return err
+		}
+		time.Sleep(down)
+		np, err := startProcess(c.Dir, p.name, p.bin, p.args, p.env)
+		if err != nil {
+			return err
+		}
+		c.procs[i] = np
+		cs, err := kubernetes.NewForConfig(c.Config)
+		if err != nil {
+			return err
+		}
+		return waitFor(ctx, "kube-apiserver /readyz after its restart", []*process{np}, func(ctx context.Context) error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		})
+	}
+	return fmt.Errorf("no kube-apiserver in this cluster")
+}
+
 // Failed returns an error when a component has exited on its own.
 func (c *Cluster) Failed() error {
 	for _, p := range c.procs {

@@ -15,17 +15,21 @@ import (
 // own process group, logging to <dir>/logs/<name>.log.
 type process struct {
 	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // set before done is closed
-	log  *os.File
+	// bin, args and env start it again (restart).
+	bin       string
+	args, env []string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	err       error // set before done is closed
+	log       *os.File
 }
 
 func startProcess(dir, name, bin string, args []string, env []string) (*process, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "logs", name+".log"))
+	// Appended to: a restarted component's log follows its first life's.
+	logFile, err := os.OpenFile(filepath.Join(dir, "logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -39,7 +43,7 @@ func startProcess(dir, name, bin string, args []string, env []string) (*process,
 		logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logFile}
+	p := &process{name: name, bin: bin, args: args, env: env, cmd: cmd, done: make(chan struct{}), log: logFile}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
