@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,6 +36,13 @@ func (r *DatabaseReconciler) reconcileParameters(ctx context.Context, db *dbv1.D
 	if err != nil {
 		return err
 	}
+	var took []string
+	// One Event for all pods: the recorder folds like Events into one.
+	defer func() {
+		if len(took) > 0 {
+			r.event(db, corev1.EventTypeNormal, "ParametersApplied", "Reload", "%s, without a restart", strings.Join(took, "; "))
+		}
+	}()
 	for i := range pods {
 		pod := &pods[i]
 		if !pod.DeletionTimestamp.IsZero() || !podStarted(pod) || pod.Annotations[appliedParametersAnnotation] == applied {
@@ -50,7 +58,7 @@ func (r *DatabaseReconciler) reconcileParameters(ctx context.Context, db *dbv1.D
 		changed, err := inst.ApplyParameters(ctx, want)
 		if len(changed) > 0 {
 			log.FromContext(ctx).Info("parameters applied without a restart", "pod", pod.Name, "changed", changed)
-			r.event(db, corev1.EventTypeNormal, "ParametersApplied", "Reload", "%s took %v without a restart", pod.Name, changed)
+			took = append(took, fmt.Sprintf("%s took %v", pod.Name, changed))
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("applying spec.parameters on %s: %w", pod.Name, err))

@@ -259,6 +259,10 @@ func TestPrimaryRecordWins(t *testing.T) {
 			if promoted && !slices.Contains(servers[other].calls, "fence") {
 				t.Errorf("the old primary %s, writable, was not fenced (calls %v)", other, servers[other].calls)
 			}
+			// The failover the lost reconcile made is recorded all the same.
+			if f := got.Status.LastFailover; promoted != (f != nil) || promoted && (f.From != "orders-0" || f.To != "orders-1") {
+				t.Errorf("status.lastFailover %+v; want one from orders-0 to orders-1 only when it happened", f)
+			}
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -163,6 +164,14 @@ func (r *DatabaseReconciler) reconcilePrimaryRecord(ctx context.Context, db *dbv
 			return nil
 		}
 		obs.promoted = recorded
+		if db.Spec.Primary != recorded {
+			// Not a switchover the user asked for: a failover whose record
+			// in status was lost with the reconcile that made it.
+			obs.failover = &dbv1.FailoverRecord{
+				Time: metav1.Time{Time: r.now()}, From: current, To: recorded,
+				Reason: "promoted by a reconcile that ended before status said so (the operator restarted or lost its leadership); the time is when this was found",
+			}
+		}
 		log.FromContext(ctx).Info("adopting the recorded primary", "recorded", recorded, "status", current)
 		r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",
 			"status named %s the primary while the topology names %s, which serves as a writable primary (promoted by a reconcile that ended before status said so): %s is the primary",

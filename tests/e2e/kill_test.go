@@ -44,15 +44,18 @@ func writeTo(suffix func(db *dbv1.Database, from, to string) string) func(db *db
 var (
 	leaseWrite    = writeTo(func(db *dbv1.Database, _, _ string) string { return "leases/" + db.Name + "-primary" })
 	topologyWrite = writeTo(func(db *dbv1.Database, _, _ string) string { return "configmaps/" + db.Name + "-topology" })
-	relabelOld    = bodyHas("database.example.com/role", writeTo(func(_ *dbv1.Database, from, _ string) string { return "pods/" + from }))
-	statusWrite   = writeTo(func(db *dbv1.Database, _, _ string) string { return "databases/" + db.Name + "/status" })
+	relabelOld    = bodyHas(func(_ *dbv1.Database, _, _ string) string { return "database.example.com/role" },
+		writeTo(func(_ *dbv1.Database, from, _ string) string { return "pods/" + from }))
+	// The status write that names the new primary, not a routine one.
+	statusWrite = bodyHas(func(_ *dbv1.Database, _, to string) string { return `"currentPrimary":"` + to + `"` },
+		writeTo(func(db *dbv1.Database, _, _ string) string { return "databases/" + db.Name + "/status" }))
 )
 
-// bodyHas narrows match to requests whose body holds s (the role label,
-// not another annotation of the same pod).
-func bodyHas(s string, match func(db *dbv1.Database, from, to string) func(*http.Request) bool) func(db *dbv1.Database, from, to string) func(*http.Request) bool {
+// bodyHas narrows match to requests whose body holds what text says (the
+// role label, not another annotation of the same pod).
+func bodyHas(text func(db *dbv1.Database, from, to string) string, match func(db *dbv1.Database, from, to string) func(*http.Request) bool) func(db *dbv1.Database, from, to string) func(*http.Request) bool {
 	return func(db *dbv1.Database, from, to string) func(*http.Request) bool {
-		m := match(db, from, to)
+		m, s := match(db, from, to), text(db, from, to)
 		return func(r *http.Request) bool {
 			if !m(r) || r.GetBody == nil {
 				return false

@@ -181,6 +181,7 @@ func partitionWith(t testing.TB, d dialect, name string, n int32, during func(db
 	defer func() { _ = k8s.Delete(context.Background(), db) }()
 	ns := db.Namespace
 	old := db.Name + "-0"
+	oldIP := podIP(t, ns, old)
 
 	writes := watchWrites(t, d, db, open, 50*time.Second, old)
 	time.Sleep(2 * time.Second) // the in-pod writer is under way
@@ -209,6 +210,13 @@ func partitionWith(t testing.TB, d dialect, name string, n int32, during func(db
 	<-duringDone
 	repl := got.Status.CurrentPrimary
 	t.Logf("%s promoted %s after the partition", repl, time.Since(writes.fault).Round(time.Second))
+	// Status may name the new primary before -rw reaches it.
+	probe := 900000
+	eventually(t, time.Minute, "a write through -rw after the failover", func() string {
+		probe++ // a write whose answer was lost may have been committed
+		return wroteThroughRW(db, open, oldIP, probe)
+	})
+	time.Sleep(time.Second) // the checker's -rw writer sees it too
 	res := writes.stop(old)
 	if n := writes.counts(); n[old] == 0 {
 		t.Fatalf("acknowledged writes %v: want some in the partitioned pod", n)

@@ -44,7 +44,7 @@ func TestParameters(t *testing.T) {
 		},
 		dbv1.EngineMariaDB: {
 			atCreation: [3]string{"max-connections", "300", "300"},
-			reload:     [3]string{"long_query_time", "2.5", "2.500000"},
+			reload:     [3]string{"long_query_time", "2.5", "2.5"},
 			restart:    [3]string{"innodb_autoinc_lock_mode", "2", "2"},
 		},
 	}
