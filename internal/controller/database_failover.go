@@ -190,7 +190,11 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		return nil
 	}
 	r.event(db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", primary, best.pod.Name, why)
-	if err := r.recordPrimary(ctx, db, best.pod.Name); err != nil {
+	record := &dbv1.FailoverRecord{
+		Time: metav1.Time{Time: r.now()}, From: primary, To: best.pod.Name,
+		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(db), why),
+	}
+	if err := r.recordFailover(ctx, db, record); err != nil {
 		return fmt.Errorf("recording %s as the primary before promoting it: %w", best.pod.Name, err)
 	}
 	if err := best.inst.Promote(ctx); err != nil {
@@ -198,10 +202,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	}
 	obs.promoted = best.pod.Name
 	obs.primaryUnhealthySince = nil
-	obs.failover = &dbv1.FailoverRecord{
-		Time: metav1.Time{Time: r.now()}, From: primary, To: best.pod.Name,
-		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(db), why),
-	}
+	obs.failover = record
 
 	// The replicas about to follow stream through their slots, and the old
 	// primary's keeps the WAL its rewind will need.

@@ -55,13 +55,24 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	if err != nil {
 		return nil // the primary cannot be reached (no address yet): nothing to follow
 	}
+	// Nothing is fenced or re-pointed at a primary this reconcile has not
+	// seen writable: status may name a server that lost its role (a
+	// promotion whose status write was lost, a stale cache after the API
+	// server came back), and fencing the other one would stop the server
+	// that takes the writes.
+	prim, err := obs.instances.get(ctx, primaryPod)
+	if err != nil {
+		return nil
+	}
+	if st, err := prim.Status(ctx); err != nil || st.Role != engine.RolePrimary || st.ReadOnly {
+		log.FromContext(ctx).Info("not rejoining the other instances: the recorded primary is not seen writable", "primary", name, "status", st, "error", err)
+		return nil
+	}
 	p := &rejoin{r: r, db: db, obs: obs, repl: repl, primaryPod: primaryPod, primaryEP: target}
 	var errs []error
-	if usesSlots(db) { // no connection to the primary for nothing
-		if prim, err := obs.instances.get(ctx, primaryPod); err == nil {
-			if err := r.keepSlots(ctx, db, obs, prim, name, pods); err != nil {
-				errs = append(errs, err)
-			}
+	if usesSlots(db) {
+		if err := r.keepSlots(ctx, db, obs, prim, name, pods); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for i := range pods {

@@ -225,7 +225,8 @@ func TestPrimaryRecordWins(t *testing.T) {
 			})
 			objs := append([]client.Object{db, &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: topologyName(db)},
-				Data:       map[string]string{topologyPrimaryKey: "orders-1", topologyInitializedKey: "true"},
+				Data: map[string]string{topologyPrimaryKey: "orders-1", topologyInitializedKey: "true",
+					topologyFailoverKey: `{"time":"2026-12-04T10:00:00Z","from":"orders-0","to":"orders-1","reason":"primary not ready"}`},
 			}}, readyPods(db, 2)...)
 			recorded := &scriptedServer{role: engine.RolePrimary, applied: 200}
 			if !promoted {
@@ -259,10 +260,69 @@ func TestPrimaryRecordWins(t *testing.T) {
 			if promoted && !slices.Contains(servers[other].calls, "fence") {
 				t.Errorf("the old primary %s, writable, was not fenced (calls %v)", other, servers[other].calls)
 			}
-			// The failover the lost reconcile made is recorded all the same.
-			if f := got.Status.LastFailover; promoted != (f != nil) || promoted && (f.From != "orders-0" || f.To != "orders-1") {
+			// The failover the lost reconcile made (recorded in the topology
+			// before the promotion) is in status all the same.
+			if f := got.Status.LastFailover; promoted != (f != nil) || promoted && (f.From != "orders-0" || f.To != "orders-1" || f.Reason != "primary not ready") {
 				t.Errorf("status.lastFailover %+v; want one from orders-0 to orders-1 only when it happened", f)
 			}
 		})
+	}
+}
+
+// TestRejoinNeedsAWritablePrimary: status names orders-0 the primary and
+// its pod looks ready (a stale cache after the API server came back), but
+// its server does not answer, while orders-1 serves as a writable primary
+// (a promotion whose status write was lost). Rejoin must not fence
+// orders-1: the recorded primary was not seen writable. An API server
+// restart during a failover did exactly that on real pods.
+func TestRejoinNeedsAWritablePrimary(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+		db.Spec.Replicas = 2
+		db.Status.CurrentPrimary = "orders-0"
+		db.Finalizers = []string{Finalizer}
+	})
+	objs := append([]client.Object{db}, readyPods(db, 2)...)
+	servers := map[string]*scriptedServer{"orders-1": {role: engine.RolePrimary, applied: 200}} // orders-0 answers nothing
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, objs...)
+	r.Instances = scriptedConnector(c, servers)
+	_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+	if calls := servers["orders-1"].calls; slices.Contains(calls, "fence") || slices.Contains(calls, "follow") {
+		t.Errorf("orders-1, the writable primary, was fenced or re-pointed at an unreachable orders-0 (calls %v)", calls)
+	}
+}
+
+// TestTopologyNeverGoesBackOnAPromotion: the cache is behind (a watch not
+// caught up after the API server came back): it holds an old topology and
+// a status naming orders-0, while the API server's topology already names
+// orders-1, promoted and serving writes. The Topology phase must read the
+// record afresh before writing and leave it naming orders-1.
+func TestTopologyNeverGoesBackOnAPromotion(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+		db.Spec.Replicas = 2
+		db.Status.CurrentPrimary = "orders-0"
+		db.Finalizers = []string{Finalizer}
+	})
+	topology := func(primary string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: topologyName(db)},
+			Data:       map[string]string{topologyPrimaryKey: primary, topologyInitializedKey: "true"},
+		}
+	}
+	writes := 0
+	r, cache := newFakeReconciler(t, &writes, append([]client.Object{db, topology("orders-2")}, readyPods(db, 2)...)...)
+	_, apiServer := newFakeReconciler(t, &writes, topology("orders-1"))
+	r.APIReader = apiServer
+	servers := map[string]*scriptedServer{"orders-1": {role: engine.RolePrimary, applied: 200}} // orders-0 answers nothing
+	r.Instances = scriptedConnector(cache, servers)
+	_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+	got := &corev1.ConfigMap{}
+	if err := cache.Get(ctx, client.ObjectKeyFromObject(topology("")), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Data[topologyPrimaryKey] == "orders-0" {
+		t.Errorf("the topology was written back to orders-0 over orders-1's promotion")
 	}
 }

@@ -2,13 +2,13 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,6 +33,11 @@ const (
 	// primary: from then on a primary without data is a lost volume, and
 	// the start scripts refuse to initialize an empty database in its place.
 	topologyInitializedKey = "initialized"
+	// topologyFailoverKey is the last failover (dbv1.FailoverRecord as
+	// JSON), written with the new primary before it is promoted, so a
+	// failover whose reconcile ended before status said so is still
+	// recorded in status.lastFailover once its primary is adopted.
+	topologyFailoverKey = "last-failover"
 )
 
 func topologyName(db *dbv1.Database) string { return db.Name + "-topology" }
@@ -61,6 +66,11 @@ func (r *DatabaseReconciler) recordPrimary(ctx context.Context, db *dbv1.Databas
 	return r.writeTopology(ctx, db, &observed{promoted: pod})
 }
 
+// recordFailover is recordPrimary for a failover: the record goes with it.
+func (r *DatabaseReconciler) recordFailover(ctx context.Context, db *dbv1.Database, f *dbv1.FailoverRecord) error {
+	return r.writeTopology(ctx, db, &observed{promoted: f.To, failover: f})
+}
+
 // writeTopology applies the topology obs calls for, when it differs from
 // the live one.
 func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Database, obs *observed) error {
@@ -73,7 +83,48 @@ func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Databas
 	if maps.Equal(want, live.Data) {
 		return nil
 	}
+	// About to write: what the cache holds may be old (a watch that has
+	// not caught up since the API server came back), and the record must
+	// never go back on a promotion it has not seen.
+	if r.APIReader != nil {
+		fresh := &corev1.ConfigMap{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, fresh)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading topology: %w", err)
+		}
+		if want = desiredTopology(db, obs, fresh.Data); maps.Equal(want, fresh.Data) {
+			return nil
+		}
+		if recorded := fresh.Data[topologyPrimaryKey]; obs.promoted == "" && recorded != "" && recorded != want[topologyPrimaryKey] && r.servesWrites(ctx, db, obs, recorded) {
+			return fmt.Errorf("the topology names %s the primary, which serves writes, while status names %s: the record stays (the next reconcile adopts %s)",
+				recorded, want[topologyPrimaryKey], recorded)
+		}
+	}
 	return r.applyTopology(ctx, db, want)
+}
+
+// servesWrites says whether pod's server answers as a writable primary
+// now (false when it cannot be reached).
+func (r *DatabaseReconciler) servesWrites(ctx context.Context, db *dbv1.Database, obs *observed, name string) bool {
+	if obs.instances == nil {
+		return false
+	}
+	pods, err := r.instancePods(ctx, db, obs)
+	if err != nil {
+		return false
+	}
+	for i := range pods {
+		if pods[i].Name != name {
+			continue
+		}
+		inst, err := obs.instances.get(ctx, &pods[i])
+		if err != nil {
+			return false
+		}
+		st, err := inst.Status(ctx)
+		return err == nil && st.Role == engine.RolePrimary && !st.ReadOnly
+	}
+	return false
 }
 
 // desiredTopology is the primary plus every rebuild and rewind request,
@@ -86,8 +137,13 @@ func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) m
 		want[topologyInitializedKey] = "true"
 	}
 	for k, v := range live {
-		if strings.HasPrefix(k, topologyRebuildKey) || strings.HasPrefix(k, topologyRewindKey) {
+		if strings.HasPrefix(k, topologyRebuildKey) || strings.HasPrefix(k, topologyRewindKey) || k == topologyFailoverKey {
 			want[k] = v
+		}
+	}
+	if obs.failover != nil {
+		if b, err := json.Marshal(obs.failover); err == nil {
+			want[topologyFailoverKey] = string(b)
 		}
 	}
 	for pod, token := range obs.rebuild {
@@ -164,13 +220,11 @@ func (r *DatabaseReconciler) reconcilePrimaryRecord(ctx context.Context, db *dbv
 			return nil
 		}
 		obs.promoted = recorded
-		if db.Spec.Primary != recorded {
-			// Not a switchover the user asked for: a failover whose record
-			// in status was lost with the reconcile that made it.
-			obs.failover = &dbv1.FailoverRecord{
-				Time: metav1.Time{Time: r.now()}, From: current, To: recorded,
-				Reason: "promoted by a reconcile that ended before status said so (the operator restarted or lost its leadership); the time is when this was found",
-			}
+		// A failover whose status write was lost is recorded all the same.
+		var f dbv1.FailoverRecord
+		if err := json.Unmarshal([]byte(live.Data[topologyFailoverKey]), &f); err == nil && f.To == recorded &&
+			(db.Status.LastFailover == nil || !db.Status.LastFailover.Time.Equal(&f.Time)) {
+			obs.failover = &f
 		}
 		log.FromContext(ctx).Info("adopting the recorded primary", "recorded", recorded, "status", current)
 		r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",

@@ -121,21 +121,22 @@ func writeThroughRWTimed(d dialect, db *dbv1.Database, open func(string) *sql.DB
 			addrs, err := r.LookupHost(ctx, fmt.Sprintf("%s-rw.%s.svc.cluster.local", db.Name, db.Namespace))
 			cancel()
 			if err == nil && len(addrs) == 1 {
-				c := open(addrs[0])
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				if conn, err := c.Conn(ctx); err == nil {
-					var ms int64
-					if _, err := conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'rw')", i)); err == nil {
-						if conn.QueryRowContext(ctx, d.nowMillis()).Scan(&ms) == nil {
-							mu.Lock()
-							acks = append(acks, ack{i, ms, addrs[0]})
-							mu.Unlock()
-						}
+				// A write to a server cut off mid-statement can hang in the
+				// driver past its context (closing the connection): it is
+				// left behind, unacknowledged, and the writer goes on.
+				wrote := make(chan struct{})
+				go func(id int, addr string) {
+					defer close(wrote)
+					if ms, ok := writeOne(d, open(addr), id); ok {
+						mu.Lock()
+						acks = append(acks, ack{id, ms, addr})
+						mu.Unlock()
 					}
-					_ = conn.Close()
+				}(i, addrs[0])
+				select {
+				case <-wrote:
+				case <-time.After(6 * time.Second):
 				}
-				cancel()
-				_ = c.Close()
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -147,6 +148,24 @@ func writeThroughRWTimed(d dialect, db *dbv1.Database, open func(string) *sql.DB
 		defer mu.Unlock()
 		return acks
 	}
+}
+
+// writeOne inserts id through c and reads the server's clock in the same
+// session; ok when both were acknowledged.
+func writeOne(d dialect, c *sql.DB, id int) (ms int64, ok bool) {
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return 0, false
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'rw')", id)); err != nil {
+		return 0, false
+	}
+	err = conn.QueryRowContext(ctx, d.nowMillis()).Scan(&ms)
+	return ms, err == nil
 }
 
 // TestPartitionedPrimaryStopsTakingWrites: the primary is cut off from the
