@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"flag"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,39 +148,12 @@ func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, 
 	if moved {
 		notIP = oldIP
 	}
-	probe := 900000
-	eventually(b, 2*time.Minute, "a write through -rw after the fault", func() string {
-		probe++ // a write whose answer was lost may have been committed
-		return wroteThroughRW(db, open, notIP, probe)
-	})
-	time.Sleep(time.Second) // -rw's writer sees it too
+	writes.waitRW(notIP, 2*time.Minute)
 	res := writes.stop(from)
 	_ = node.Up(ns, old)
 	got := waitRunning(b, db, 3, 3*time.Minute)
 	writes.lost(&res, open(podIP(b, ns, got.Status.CurrentPrimary)), from)
 	return res
-}
-
-// wroteThroughRW says why write id through -rw fails now, or that it
-// succeeded ("") on a server other than the one at notIP.
-func wroteThroughRW(db *dbv1.Database, open func(string) *sql.DB, notIP string, id int) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	addrs, err := clusterResolver().LookupHost(ctx, db.Name+"-rw."+db.Namespace+".svc.cluster.local")
-	cancel()
-	switch {
-	case err != nil:
-		return err.Error()
-	case len(addrs) != 1:
-		return fmt.Sprintf("-rw resolves to %v", addrs)
-	case addrs[0] == notIP:
-		return "-rw still names the former primary"
-	}
-	c := open(addrs[0])
-	defer c.Close()
-	if err := execTimeout(c, fmt.Sprintf("INSERT INTO orders VALUES (%d, 'probe')", id)); err != nil {
-		return err.Error()
-	}
-	return ""
 }
 
 // requestedRuns is N of -benchtime=Nx, or 0.

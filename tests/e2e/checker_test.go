@@ -40,6 +40,7 @@ type checker struct {
 	d     dialect
 	db    *dbv1.Database
 	rw    func() []ack
+	rwNow func() []ack // -rw's so far
 	inPod map[string]func() []ack
 	rwAck []ack // -rw's, once stopped
 	fault time.Time
@@ -74,8 +75,23 @@ func watchWrites(t testing.TB, d dialect, db *dbv1.Database, open func(string) *
 	for i, pod := range pods {
 		c.inPod[pod] = writeInPod(t, d, db, pod, base+100000*(i+1), inPodFor)
 	}
-	c.rw = writeThroughRWTimed(d, db, open, base)
+	c.rw, c.rwNow = writeThroughRWWatched(d, db, open, base)
 	return c
+}
+
+// waitRW waits until the -rw writer has had a write acknowledged, after
+// the fault, by a server other than the one at notIP: the Database serves
+// again, as its application sees it.
+func (c *checker) waitRW(notIP string, timeout time.Duration) {
+	c.t.Helper()
+	eventually(c.t, timeout, "a write through -rw after the fault", func() string {
+		for _, a := range c.rwNow() {
+			if a.host != notIP && a.ms >= c.fault.UnixMilli() {
+				return ""
+			}
+		}
+		return "none yet"
+	})
 }
 
 // faultNow marks the moment of the fault.

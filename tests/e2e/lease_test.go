@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +104,13 @@ func parseAcks(out []byte) []ack {
 // in the cluster does, until stopped, and returns every acknowledged write
 // with the server's clock right after it.
 func writeThroughRWTimed(d dialect, db *dbv1.Database, open func(string) *sql.DB, from int) (stop func() []ack) {
+	stop, _ = writeThroughRWWatched(d, db, open, from)
+	return stop
+}
+
+// writeThroughRWWatched is writeThroughRWTimed that also lets the test
+// see the acknowledged writes so far (seen) while it runs.
+func writeThroughRWWatched(d dialect, db *dbv1.Database, open func(string) *sql.DB, from int) (stop, seen func() []ack) {
 	r := clusterResolver()
 	var (
 		mu   sync.Mutex
@@ -141,13 +149,16 @@ func writeThroughRWTimed(d dialect, db *dbv1.Database, open func(string) *sql.DB
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
+	seen = func() []ack {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(acks)
+	}
 	return func() []ack {
 		close(quit)
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return acks
-	}
+		return seen()
+	}, seen
 }
 
 // writeOne inserts id through c and reads the server's clock in the same
@@ -230,12 +241,7 @@ func partitionWith(t testing.TB, d dialect, name string, n int32, during func(db
 	repl := got.Status.CurrentPrimary
 	t.Logf("%s promoted %s after the partition", repl, time.Since(writes.fault).Round(time.Second))
 	// Status may name the new primary before -rw reaches it.
-	probe := 900000
-	eventually(t, time.Minute, "a write through -rw after the failover", func() string {
-		probe++ // a write whose answer was lost may have been committed
-		return wroteThroughRW(db, open, oldIP, probe)
-	})
-	time.Sleep(time.Second) // the checker's -rw writer sees it too
+	writes.waitRW(oldIP, time.Minute)
 	res := writes.stop(old)
 	if n := writes.counts(); n[old] == 0 {
 		t.Fatalf("acknowledged writes %v: want some in the partitioned pod", n)
