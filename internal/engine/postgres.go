@@ -542,7 +542,24 @@ func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
 	return nil
 }
 
-func (p *postgres) ApplyParameters(ctx context.Context, want map[string]string) ([]string, error) {
+func (p *postgres) ApplyParameters(ctx context.Context, want map[string]string) (changed []string, err error) {
+	// What was set is reloaded even when a later setting fails: it is in
+	// postgresql.auto.conf already, and the next call would find it there
+	// and not reload it.
+	defer func() {
+		if len(changed) == 0 {
+			return
+		}
+		if _, rerr := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); rerr != nil && err == nil {
+			err = fmt.Errorf("PostgreSQL %s: reloading configuration: %w", p.ep, rerr)
+		}
+	}()
+	return p.alterSystem(ctx, want)
+}
+
+// alterSystem makes postgresql.auto.conf hold want (and no other user
+// setting) and returns the names it changed.
+func (p *postgres) alterSystem(ctx context.Context, want map[string]string) ([]string, error) {
 	// What postgresql.auto.conf holds: ALTER SYSTEM's own file, read after
 	// postgresql.conf, so what it says wins.
 	rows, err := p.conn.Query(ctx, `SELECT name, setting FROM pg_file_settings WHERE sourcefile LIKE '%/postgresql.auto.conf' ORDER BY seqno`)
@@ -595,12 +612,6 @@ func (p *postgres) ApplyParameters(ctx context.Context, want map[string]string) 
 			return changed, fmt.Errorf("PostgreSQL %s: resetting %s: %w", p.ep, name, err)
 		}
 		changed = append(changed, name)
-	}
-	if len(changed) == 0 {
-		return nil, nil
-	}
-	if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
-		return changed, fmt.Errorf("PostgreSQL %s: reloading configuration: %w", p.ep, err)
 	}
 	return changed, nil
 }

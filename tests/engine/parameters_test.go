@@ -187,6 +187,17 @@ func TestApplyParameters(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "work_mem") {
 			t.Errorf("a value the server refuses: %v; want an error naming work_mem", err)
 		}
+		// One refused value does not keep the others from taking effect.
+		_, err = inst.ApplyParameters(ctx, map[string]string{"work_mem": "16MB", "zero_damaged_pages": "lots"})
+		if err == nil || !strings.Contains(err.Error(), "zero_damaged_pages") {
+			t.Errorf("a value the server refuses: %v; want an error naming zero_damaged_pages", err)
+		}
+		eventuallyErr(t, func() error {
+			if v := show("work_mem"); v != "16MB" {
+				return fmt.Errorf("work_mem %s beside a refused setting, want 16MB (set and reloaded)", v)
+			}
+			return nil
+		})
 	})
 	t.Run("mariadb", func(t *testing.T) {
 		m := testservers.StartMariaDBPrimary(t)
