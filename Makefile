@@ -181,7 +181,7 @@ FAULT_RUNS ?= 5
 .PHONY: bench-faults
 bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table the README keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
 	@BIN=$$(hack/build-tools.sh cluster); \
-	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition)$$' \
+	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring(Failover|Switchover)|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition)$$' \
 		-benchtime=$(FAULT_RUNS)x -timeout 600m ./tests/e2e/ | tee /tmp/dbop-bench-faults.log
 
 .PHONY: bench-backup

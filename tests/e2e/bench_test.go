@@ -135,11 +135,13 @@ func faultOnce(b *testing.B, d dialect, fault func(b *testing.B, d dialect, ns, 
 	oldIP := podIP(b, ns, old)
 	writes := watchWrites(b, d, db, open, 30*time.Second, old)
 	time.Sleep(time.Second) // the writers are under way
-	writes.faultNow()
 	for _, f := range also {
 		f()
 	}
 	fault(b, d, ns, old)
+	// After the fault is in place: a write acknowledged just before it
+	// must not count as the first one after.
+	writes.faultNow()
 	from := ""
 	if moved {
 		from = old

@@ -241,7 +241,9 @@ func partitionWith(t testing.TB, d dialect, name string, n int32, during func(db
 	repl := got.Status.CurrentPrimary
 	t.Logf("%s promoted %s after the partition", repl, time.Since(writes.fault).Round(time.Second))
 	// Status may name the new primary before -rw reaches it.
-	writes.waitRW(oldIP, time.Minute)
+	// After an API server restart the control plane's controllers (and
+	// the operator's cache) take a minute or more to catch up.
+	writes.waitRW(oldIP, 3*time.Minute)
 	res := writes.stop(old)
 	if n := writes.counts(); n[old] == 0 {
 		t.Fatalf("acknowledged writes %v: want some in the partitioned pod", n)
