@@ -446,7 +446,7 @@ func (a *Agent) checkLoop(ctx context.Context) {
 					a.streamed = now // the grace starts with the first answer as a replica
 				}
 				a.answered, a.everAnswered = now, true
-				a.writable = st.Role == engine.RolePrimary && !st.ReadOnly
+				a.writable = st.Writable()
 				a.replica, a.behind = st.Role == engine.RoleReplica, st.Behind
 				if st.Streaming {
 					a.streamed = now

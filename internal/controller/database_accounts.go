@@ -149,7 +149,7 @@ func (r *DatabaseReconciler) keepAccount(ctx context.Context, db *dbv1.Database,
 	if err != nil {
 		return notYet(err.Error())
 	}
-	if st.Role != engine.RolePrimary || st.ReadOnly {
+	if !st.Writable() {
 		return notYet(pod.Name + " does not serve writes") // never write through a fence
 	}
 	if k := int(db.Spec.SynchronousReplicas()); st.SyncReplicas < k {

@@ -69,7 +69,7 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	if primaryPod != nil {
 		if inst, err := obs.instances.get(ctx, primaryPod); err == nil {
 			st, err := inst.Status(ctx)
-			if err == nil && st.Role == engine.RolePrimary && !st.ReadOnly {
+			if err == nil && st.Writable() {
 				return nil // the pod is unready but the server still serves writes
 			}
 		}
@@ -124,7 +124,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	// A replica already promoted (by an earlier reconcile whose status write
 	// was lost) is the primary: never promote a second one.
 	for _, c := range cands {
-		if c.status.Role == engine.RolePrimary && !c.status.ReadOnly {
+		if c.status.Writable() {
 			obs.promoted = c.pod.Name
 			logger.Info("a replica already serves as primary; adopting it", "pod", c.pod.Name)
 			return nil

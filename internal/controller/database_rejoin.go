@@ -64,7 +64,7 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	if err != nil {
 		return nil
 	}
-	if st, err := prim.Status(ctx); err != nil || st.Role != engine.RolePrimary || st.ReadOnly {
+	if st, err := prim.Status(ctx); err != nil || !st.Writable() {
 		log.FromContext(ctx).Info("not rejoining the other instances: the recorded primary is not seen writable", "primary", name, "status", st, "error", err)
 		return nil
 	}

@@ -80,7 +80,7 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 	if err != nil {
 		return fmt.Errorf("switchover to %s: reading it: %w", target, err)
 	}
-	if nst.Role == engine.RolePrimary && !nst.ReadOnly {
+	if nst.Writable() {
 		// An earlier reconcile's promotion went through after all (see
 		// failedPromotion): finish that switchover, never undo it.
 		if err := old.Fence(ctx); err != nil {

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
-	"example.com/database-operator/internal/engine"
 )
 
 // The topology ConfigMap tells the instances' start scripts (the chart's
@@ -95,36 +94,39 @@ func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Databas
 		if want = desiredTopology(db, obs, fresh.Data); maps.Equal(want, fresh.Data) {
 			return nil
 		}
-		if recorded := fresh.Data[topologyPrimaryKey]; obs.promoted == "" && recorded != "" && recorded != want[topologyPrimaryKey] && r.servesWrites(ctx, db, obs, recorded) {
-			return fmt.Errorf("the topology names %s the primary, which serves writes, while status names %s: the record stays (the next reconcile adopts %s)",
-				recorded, want[topologyPrimaryKey], recorded)
+		if recorded := fresh.Data[topologyPrimaryKey]; obs.promoted == "" && recorded != "" && recorded != want[topologyPrimaryKey] {
+			if writable, _ := r.servesWrites(ctx, db, obs, recorded); writable {
+				return fmt.Errorf("the topology names %s the primary, which serves writes, while status names %s: the record stays (the next reconcile adopts %s)",
+					recorded, want[topologyPrimaryKey], recorded)
+			}
 		}
 	}
 	return r.applyTopology(ctx, db, want)
 }
 
-// servesWrites says whether pod's server answers as a writable primary
-// now (false when it cannot be reached).
-func (r *DatabaseReconciler) servesWrites(ctx context.Context, db *dbv1.Database, obs *observed, name string) bool {
+// servesWrites says whether the named instance's server answers as a
+// writable primary now: false when its pod is missing or going away, or
+// the server cannot be reached (nothing is decided on what cannot be seen).
+func (r *DatabaseReconciler) servesWrites(ctx context.Context, db *dbv1.Database, obs *observed, name string) (bool, error) {
 	if obs.instances == nil {
-		return false
+		return false, nil
 	}
 	pods, err := r.instancePods(ctx, db, obs)
 	if err != nil {
-		return false
+		return false, err
 	}
 	for i := range pods {
-		if pods[i].Name != name {
+		if pods[i].Name != name || !pods[i].DeletionTimestamp.IsZero() {
 			continue
 		}
 		inst, err := obs.instances.get(ctx, &pods[i])
 		if err != nil {
-			return false
+			return false, nil
 		}
 		st, err := inst.Status(ctx)
-		return err == nil && st.Role == engine.RolePrimary && !st.ReadOnly
+		return err == nil && st.Writable(), nil
 	}
-	return false
+	return false, nil
 }
 
 // desiredTopology is the primary plus every rebuild and rewind request,
@@ -202,34 +204,19 @@ func (r *DatabaseReconciler) reconcilePrimaryRecord(ctx context.Context, db *dbv
 	if recorded == "" || recorded == current {
 		return nil
 	}
-	pods, err := r.instancePods(ctx, db, obs)
-	if err != nil {
-		return err
+	if writable, err := r.servesWrites(ctx, db, obs, recorded); !writable {
+		return err // not promoted, or cannot tell now: nothing changes
 	}
-	for i := range pods {
-		pod := &pods[i]
-		if pod.Name != recorded || !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		inst, err := obs.instances.get(ctx, pod)
-		if err != nil {
-			return nil // cannot tell now; nothing is decided on it
-		}
-		st, err := inst.Status(ctx)
-		if err != nil || st.Role != engine.RolePrimary || st.ReadOnly {
-			return nil
-		}
-		obs.promoted = recorded
-		// A failover whose status write was lost is recorded all the same.
-		var f dbv1.FailoverRecord
-		if err := json.Unmarshal([]byte(live.Data[topologyFailoverKey]), &f); err == nil && f.To == recorded &&
-			(db.Status.LastFailover == nil || !db.Status.LastFailover.Time.Equal(&f.Time)) {
-			obs.failover = &f
-		}
-		log.FromContext(ctx).Info("adopting the recorded primary", "recorded", recorded, "status", current)
-		r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",
-			"status named %s the primary while the topology names %s, which serves as a writable primary (promoted by a reconcile that ended before status said so): %s is the primary",
-			current, recorded, recorded)
+	obs.promoted = recorded
+	// A failover whose status write was lost is recorded all the same.
+	var f dbv1.FailoverRecord
+	if err := json.Unmarshal([]byte(live.Data[topologyFailoverKey]), &f); err == nil && f.To == recorded &&
+		(db.Status.LastFailover == nil || !db.Status.LastFailover.Time.Equal(&f.Time)) {
+		obs.failover = &f
 	}
+	log.FromContext(ctx).Info("adopting the recorded primary", "recorded", recorded, "status", current)
+	r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",
+		"status named %s the primary while the topology names %s, which serves as a writable primary (promoted by a reconcile that ended before status said so): %s is the primary",
+		current, recorded, recorded)
 	return nil
 }

@@ -93,6 +93,10 @@ type Status struct {
 	SourceLost string
 }
 
+// Writable says whether the instance answers as a primary that takes
+// writes (not fenced, not a replica).
+func (s Status) Writable() bool { return s.Role == RolePrimary && !s.ReadOnly }
+
 // Instance is one database server.
 type Instance interface {
 	// Status reports role, read-only state and replication positions.

@@ -662,19 +662,7 @@ func TestOperatorKilledAfterPromotion(t *testing.T) {
 			if err := op.restart(); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 2*time.Minute, "the promoted server recorded as the primary", func() string {
-				got := &dbv1.Database{}
-				if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
-					return err.Error()
-				}
-				if got.Status.CurrentPrimary != next {
-					return "currentPrimary " + got.Status.CurrentPrimary
-				}
-				if eps := endpointPods(t, ns, db.Name+"-rw"); !slices.Equal(eps, []string{next}) {
-					return fmt.Sprintf("-rw endpoints %v", eps)
-				}
-				return ""
-			})
+			eventually(t, 2*time.Minute, "the promoted server recorded as the primary", func() string { return primaryBehindRW(t, db, next) })
 			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 21, 21, "after the restart")
 			if n, err := notes(replica); err != nil || n["acknowledged"] != 10 || n["on the promoted server"] != 10 || n["after the restart"] != 1 {
 				t.Errorf("rows on the primary %s: %v (%v)", next, n, err)
@@ -686,6 +674,22 @@ func TestOperatorKilledAfterPromotion(t *testing.T) {
 			wantEvents(t, db, "PrimaryRecordRepaired")
 		})
 	}
+}
+
+// primaryBehindRW says why name is not yet the primary status records and
+// the one pod behind -rw ("" once it is).
+func primaryBehindRW(t testing.TB, db *dbv1.Database, name string) string {
+	got := &dbv1.Database{}
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+		return err.Error()
+	}
+	if got.Status.CurrentPrimary != name {
+		return "currentPrimary " + got.Status.CurrentPrimary
+	}
+	if eps := endpointPods(t, db.Namespace, db.Name+"-rw"); !slices.Equal(eps, []string{name}) {
+		return fmt.Sprintf("-rw endpoints %v", eps)
+	}
+	return ""
 }
 
 // TestSwitchoverUnderWrites: a client writes through <name>-rw (resolved

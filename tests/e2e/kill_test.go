@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -225,19 +224,7 @@ func switchoverKilled(t testing.TB, d dialect, db *dbv1.Database, open func(stri
 	updateDatabase(t, db, func(db *dbv1.Database) { db.Spec.Primary = to })
 	writes.faultNow()
 	restarted()
-	eventually(t, 3*time.Minute, to+" the primary behind -rw", func() string {
-		got := &dbv1.Database{}
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
-			return err.Error()
-		}
-		if got.Status.CurrentPrimary != to {
-			return "currentPrimary " + got.Status.CurrentPrimary
-		}
-		if eps := endpointPods(t, ns, db.Name+"-rw"); !slices.Equal(eps, []string{to}) {
-			return fmt.Sprintf("-rw endpoints %v", eps)
-		}
-		return ""
-	})
+	eventually(t, 3*time.Minute, to+" the primary behind -rw", func() string { return primaryBehindRW(t, db, to) })
 	waitRunning(t, db, 2, 3*time.Minute)
 	res := writes.stop(from)
 	writes.lost(&res, open(podIP(t, ns, to)), "")
