@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -191,7 +192,7 @@ func dumpJobs(s Server, databases []string) []dumpJob {
 			cmd: []string{"pg_dumpall", host, port, "--username=" + s.User, "--no-password", "--globals-only"}}}
 		for i, db := range databases {
 			jobs = append(jobs, dumpJob{file: File{Name: fmt.Sprintf("db-%04d.dump", i+1), Database: db, Kind: KindPGDump},
-				cmd: []string{"pg_dump", host, port, "--username=" + s.User, "--no-password", "--format=custom", "--dbname=" + db}})
+				cmd: []string{"pg_dump", host, port, "--username=" + s.User, "--no-password", "--format=custom", pgDatabaseArg(db)}})
 		}
 		return jobs
 	case dbv1.EngineMySQL:
@@ -214,13 +215,23 @@ func dumpJobs(s Server, databases []string) []dumpJob {
 	}
 }
 
-// withDatabases names the schemas to dump. With none there is nothing to
-// run: the file says so, and restores to an empty server.
+// pgDatabaseArg names a database for pg_dump as the value of a connection
+// string. A bare name is itself parsed as one when it holds '=' or starts
+// with postgres://, so a database named "host=elsewhere" would send the
+// dump's connection, and its password, to another server.
+func pgDatabaseArg(name string) string {
+	return "--dbname=dbname='" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(name) + "'"
+}
+
+// withDatabases names the schemas to dump. "--" ends the options: a schema
+// named "--no-data" is a name, not an option that drops the data. With no
+// schema there is nothing to run: the file says so, and restores to an
+// empty server.
 func withDatabases(cmd []string, databases []string) []string {
 	if len(databases) == 0 {
 		return nil
 	}
-	return append(append(cmd, "--databases"), databases...)
+	return append(append(cmd, "--databases", "--"), databases...)
 }
 
 // emptyDump is the dump of a server without user schemas.

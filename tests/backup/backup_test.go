@@ -3,6 +3,7 @@ package backup_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -346,4 +347,87 @@ func TestBackupFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDumpNamesAreNotOptions: a database or schema name is only ever a name.
+// PostgreSQL: pg_dump parses a bare --dbname holding '=' as a connection
+// string, so a database named "host=... port=..." would send the dump's
+// connection (and its password) to that address; here a listener stands
+// there and must see nothing. MariaDB: a schema named "--no-data" after
+// --databases would be read as the option, and the backup would complete
+// without the data. Both backups are restored and compared.
+func TestDumpNamesAreNotOptions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	t.Run("postgresql", func(t *testing.T) {
+		elsewhere, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer elsewhere.Close()
+		contacted := make(chan struct{}, 1)
+		go func() {
+			for {
+				c, err := elsewhere.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+				select {
+				case contacted <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		redirect := "host=127.0.0.1 port=" + itoa(elsewhere.Addr().(*net.TCPAddr).Port) + " dbname=postgres"
+		quoted := `o'brien\db`
+		primary := testservers.StartPostgresPrimary(t)
+		for _, name := range []string{redirect, quoted} {
+			pgExec(t, ctx, primary, "postgres", "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+			pgExec(t, ctx, primary, name, "CREATE TABLE kept (id int PRIMARY KEY, note text)",
+				"INSERT INTO kept SELECT g, 'row ' || g FROM generate_series(1, 100) g")
+		}
+		want := pgFingerprint(t, ctx, primary, redirect, "kept")
+
+		store := storage.NewDir(t.TempDir())
+		if _, _, err := backup.Run(ctx, backup.Options{Server: pgServer(primary), Store: store, Namespace: "ns", Database: "db", Name: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-contacted:
+			t.Fatal("the dump connected to the address its database name spelled")
+		default:
+		}
+		fresh := testservers.StartPostgresPrimary(t)
+		if _, err := backup.Restore(ctx, backup.RestoreOptions{Server: pgServer(fresh), Store: store,
+			Path: backup.Path("ns", "db", "b"), Scratch: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{redirect, quoted} {
+			if got := pgFingerprint(t, ctx, fresh, name, "kept"); got != want {
+				t.Errorf("database %q restored as %s, want %s", name, got, want)
+			}
+		}
+	})
+
+	t.Run("mariadb", func(t *testing.T) {
+		primary := testservers.StartMariaDBCluster(t, "names", 1)[0]
+		mariaExec(t, ctx, primary, "CREATE DATABASE `--no-data`",
+			"CREATE TABLE `--no-data`.kept (id INT PRIMARY KEY, note TEXT)",
+			"INSERT INTO `--no-data`.kept SELECT seq, CONCAT('row ', seq) FROM `--no-data`.seq_1_to_100")
+		want := mariaFingerprint(t, ctx, primary, "`--no-data`.kept")
+		store := storage.NewDir(t.TempDir())
+		if _, _, err := backup.Run(ctx, backup.Options{Server: mariaServer(primary), Store: store, Namespace: "ns", Database: "db", Name: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		fresh := testservers.StartMariaDBCluster(t, "names-copy", 1)[0]
+		if _, err := backup.Restore(ctx, backup.RestoreOptions{Server: mariaServer(fresh), Store: store,
+			Path: backup.Path("ns", "db", "b"), Scratch: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		if got := mariaFingerprint(t, ctx, fresh, "`--no-data`.kept"); got != want {
+			t.Errorf("schema --no-data restored as %s, want %s", got, want)
+		}
+	})
 }

@@ -44,7 +44,12 @@ func pgExec(t testing.TB, ctx context.Context, p *testservers.Postgres, database
 
 func pgConn(t testing.TB, ctx context.Context, p *testservers.Postgres, database string) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s dbname=%s", p.Port, p.Password, database))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=postgres password=%s", p.Port, p.Password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Database = database // any name, taken as it is
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
