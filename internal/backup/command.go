@@ -45,6 +45,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	t.Register(fs)
 	fs.StringVar(&o.Namespace, "namespace", "", "the Database's namespace")
 	fs.StringVar(&o.Database, "database", "", "the Database's name")
+	fs.StringVar(&o.DatabaseUID, "database-uid", "", "the Database's UID (retention deletes only backups carrying it)")
 	fs.StringVar(&o.Name, "name", "", "the Backup's name")
 	fs.StringVar(&o.Instance, "instance", "", "the pod backed up")
 	fs.IntVar(&o.Retention.KeepLast, "keep-last", 0, "keep at most this many completed backups (0: no bound)")
@@ -64,6 +65,9 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 		var err error
 		if o.Retention.MaxAge, err = ParseMaxAge(maxAge); err != nil {
 			return fail(ReasonInvalid, "%w", err)
+		}
+		if (o.Retention.KeepLast > 0 || o.Retention.MaxAge > 0) && o.DatabaseUID == "" {
+			return fail(ReasonInvalid, "retention (--keep-last, --max-age) needs --database-uid: it deletes only the backups of that Database")
 		}
 		if o.Store, err = t.Open(ctx); err != nil {
 			return fail(ReasonTargetFailed, "%w", err)

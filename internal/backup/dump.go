@@ -39,6 +39,8 @@ type Options struct {
 	// Namespace, Database and Name place the backup at
 	// Path(Namespace, Database, Name) and go into its manifest.
 	Namespace, Database, Name string
+	// DatabaseUID is the Database's UID, for the manifest; retention needs it.
+	DatabaseUID string
 	// Instance is the pod backed up, for the manifest.
 	Instance string
 	// Retention is applied after the backup completed.
@@ -90,7 +92,7 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	}
 	dir := Path(o.Namespace, o.Database, o.Name)
 	m := &Manifest{Format: FormatVersion, Engine: o.Server.Engine, Namespace: o.Namespace, Database: o.Database,
-		Backup: o.Name, Instance: o.Instance, StartedAt: now().UTC()}
+		DatabaseUID: o.DatabaseUID, Backup: o.Name, Instance: o.Instance, StartedAt: now().UTC()}
 
 	// Never write into another backup's directory: a reused Backup name
 	// would overwrite it, and a failure would then delete its files.
@@ -156,7 +158,7 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 		cleanup()
 		return nil, nil, fail(ReasonTargetFailed, "writing the manifest: %w", err)
 	}
-	pruned, err := Prune(ctx, o.Store, o.Namespace, o.Database, o.Name, o.Retention, now())
+	pruned, err := Prune(ctx, o.Store, m, o.Retention, now())
 	if err != nil {
 		// The backup itself is good; retention retries after the next one.
 		return m, pruned, fmt.Errorf("backup completed, but retention failed: %w", err)

@@ -37,8 +37,12 @@ type Manifest struct {
 	Version   string      `json:"version"`
 	Namespace string      `json:"namespace"`
 	Database  string      `json:"database"`
-	Backup    string      `json:"backup"`
-	Instance  string      `json:"instance,omitempty"`
+	// DatabaseUID is the Database's own identity: retention deletes only
+	// backups carrying it, never those of an earlier Database of the same
+	// name or of another cluster writing to the same place.
+	DatabaseUID string `json:"databaseUID,omitempty"`
+	Backup      string `json:"backup"`
+	Instance    string `json:"instance,omitempty"`
 	// Position is the engine's position the backup is consistent with (at
 	// least): a PostgreSQL WAL location, a MySQL/MariaDB GTID set.
 	Position  string    `json:"position,omitempty"`

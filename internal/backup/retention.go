@@ -32,14 +32,21 @@ func ParseMaxAge(s string) (time.Duration, error) {
 }
 
 // Prune applies retention to a Database's backups at a target, right after
-// the backup named keep completed: it is never deleted, and it counts
-// towards KeepLast. A backup is deleted manifest first, so a half-deleted
-// one is never taken for a complete backup. Prune returns the names of the
-// backups it deleted.
-func Prune(ctx context.Context, store storage.Store, namespace, database, keep string, r Retention, now time.Time) ([]string, error) {
+// the backup just completed: it is never deleted, and it counts towards
+// KeepLast. Only backups whose manifest carries the same Database UID are
+// the Database's: a backup of an earlier Database of the same name (maybe
+// the one this Database was restored from), of another cluster, or written
+// before manifests carried the UID is neither counted nor deleted. A backup
+// is deleted manifest first, so a half-deleted one is never taken for a
+// complete backup. Prune returns the names of the backups it deleted.
+func Prune(ctx context.Context, store storage.Store, just *Manifest, r Retention, now time.Time) ([]string, error) {
 	if r.KeepLast <= 0 && r.MaxAge <= 0 {
 		return nil, nil
 	}
+	if just.DatabaseUID == "" {
+		return nil, fmt.Errorf("retention needs the Database's UID (--database-uid): without it another Database's backups could be taken for its own")
+	}
+	namespace, database, keep := just.Namespace, just.Database, just.Backup
 	prefix := Path(namespace, database, "") + "/"
 	keys, err := store.List(ctx, prefix)
 	if err != nil {
@@ -56,7 +63,7 @@ func Prune(ctx context.Context, store storage.Store, namespace, database, keep s
 			continue
 		}
 		m, err := ReadManifest(ctx, store, path.Dir(k))
-		if err != nil {
+		if err != nil || m.DatabaseUID != just.DatabaseUID {
 			continue // not ours to judge; left alone
 		}
 		backups = append(backups, found{name: path.Base(path.Dir(k)), m: m})

@@ -162,7 +162,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonNoInstanceReady, "waiting for a ready instance of "+db.Name
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
-	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--name=" + b.Name, "--instance=" + pod.Name}
+	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--database-uid=" + string(db.UID), "--name=" + b.Name, "--instance=" + pod.Name}
 	if p := db.Spec.Backup; p != nil && b.Spec.Target == nil {
 		// Retention applies to the Database's own target.
 		if p.Retention.KeepLast != nil {

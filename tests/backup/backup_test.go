@@ -222,7 +222,7 @@ func TestRestoreRefusesCorruptBackup(t *testing.T) {
 
 // TestRetention takes five backups a day apart: keepLast 3 keeps the newest
 // three; then maxAge 2d prunes what is older; a failed backup prunes
-// nothing.
+// nothing; backups of an earlier Database of the same name are left alone.
 func TestRetention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -232,9 +232,18 @@ func TestRetention(t *testing.T) {
 	store := storage.NewDir(root)
 	day0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	take := func(name string, day int, r backup.Retention, srv backup.Server) ([]string, error) {
-		_, pruned, err := backup.Run(ctx, backup.Options{Server: srv, Store: store, Namespace: "ns", Database: "db", Name: name,
+		_, pruned, err := backup.Run(ctx, backup.Options{Server: srv, Store: store, Namespace: "ns", Database: "db", DatabaseUID: "uid-1", Name: name,
 			Retention: r, Now: clock(day0.Add(time.Duration(day) * 24 * time.Hour))})
 		return pruned, err
+	}
+	// An earlier Database of the same name (this one may have been restored
+	// from it) and a backup written before manifests carried the UID: old,
+	// but never the new Database's to count or delete.
+	for name, uid := range map[string]string{"a0": "uid-0", "a1": ""} {
+		if _, _, err := backup.Run(ctx, backup.Options{Server: mariaServer(m), Store: store, Namespace: "ns", Database: "db", DatabaseUID: uid, Name: name,
+			Now: clock(day0.Add(-30 * 24 * time.Hour))}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i, name := range []string{"b1", "b2", "b3", "b4"} {
 		if _, err := take(name, i, backup.Retention{}, mariaServer(m)); err != nil {
@@ -259,7 +268,7 @@ func TestRetention(t *testing.T) {
 	if got := strings.Join(pruned, ","); got != "b2,b1" {
 		t.Errorf("keepLast 3 pruned %q, want b2,b1", got)
 	}
-	if got := backups(t, root, "db"); got != "b3,b4,b5" {
+	if got := backups(t, root, "db"); got != "a0,a1,b3,b4,b5" {
 		t.Errorf("left %q", got)
 	}
 	// A failed backup (the server is gone) prunes nothing, however old.
@@ -268,7 +277,7 @@ func TestRetention(t *testing.T) {
 	if _, err := take("b6", 30, backup.Retention{KeepLast: 1, MaxAge: time.Hour}, bad); backup.ReasonOf(err) != backup.ReasonDatabaseUnreachable {
 		t.Fatalf("backup of an unreachable server: %v", err)
 	}
-	if got := backups(t, root, "db"); got != "b3,b4,b5" {
+	if got := backups(t, root, "db"); got != "a0,a1,b3,b4,b5" {
 		t.Errorf("after a failed backup: %q", got)
 	}
 	// maxAge 2d on day 6 keeps b5 (2 days old) and the new b7.
@@ -276,7 +285,7 @@ func TestRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := backups(t, root, "db"); got != "b5,b7" || len(pruned) != 2 {
+	if got := backups(t, root, "db"); got != "a0,a1,b5,b7" || len(pruned) != 2 {
 		t.Errorf("maxAge 2d left %q, pruned %v", got, pruned)
 	}
 	if got := backups(t, root, "other"); got != "o1" {
