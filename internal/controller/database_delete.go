@@ -3,12 +3,14 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -64,12 +66,35 @@ func (r *DatabaseReconciler) deleteVolumes(ctx context.Context, db *dbv1.Databas
 		if !pvc.DeletionTimestamp.IsZero() {
 			continue
 		}
+		if !isVolumeOf(db, pvc) {
+			// The labels are the common app.kubernetes.io ones: another
+			// chart's volume may carry them too.
+			log.FromContext(ctx).Info("left a PersistentVolumeClaim that carries the Database's labels but is none of its volumes", "pvc", pvc.Name)
+			continue
+		}
 		if err := r.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
 			return n, fmt.Errorf("deleting PersistentVolumeClaim %s: %w", pvc.Name, err)
 		}
 		n++
 	}
 	return n, nil
+}
+
+// isVolumeOf tells the Database's own volumes: the StatefulSet's claims
+// (named data-<name>-<ordinal>), owned by nothing else.
+func isVolumeOf(db *dbv1.Database, pvc *corev1.PersistentVolumeClaim) bool {
+	ordinal, ok := strings.CutPrefix(pvc.Name, volumeClaimTemplate+"-"+db.Name+"-")
+	if !ok || ordinal == "" || (len(ordinal) > 1 && ordinal[0] == '0') || strings.Trim(ordinal, "0123456789") != "" {
+		return false
+	}
+	for _, ref := range pvc.OwnerReferences {
+		// A StatefulSet's claim retention policy makes it the owner; any
+		// other owner means someone else's volume.
+		if ref.UID != db.UID && (ref.Kind != "StatefulSet" || ref.Name != db.Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseCredentials drops the Database's owner reference from its

@@ -23,6 +23,10 @@ import (
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;patch;delete
 
+// volumeClaimTemplate is the chart's volume claim template: the StatefulSet
+// names each instance's volume <template>-<name>-<ordinal>.
+const volumeClaimTemplate = "data"
+
 // reconcileStorage grows the volumes when spec.storage.size exceeds the
 // size in the live StatefulSet's template. It returns true when it orphaned
 // the StatefulSet (the apply that follows recreates it).
@@ -88,7 +92,7 @@ func (r *DatabaseReconciler) reconcileStorage(ctx context.Context, db *dbv1.Data
 func (r *DatabaseReconciler) checkExpansion(ctx context.Context, sts *appsv1.StatefulSet) error {
 	var class string
 	for _, t := range sts.Spec.VolumeClaimTemplates {
-		if t.Name == "data" && t.Spec.StorageClassName != nil {
+		if t.Name == volumeClaimTemplate && t.Spec.StorageClassName != nil {
 			class = *t.Spec.StorageClassName
 		}
 	}
@@ -115,7 +119,7 @@ func (r *DatabaseReconciler) checkExpansion(ctx context.Context, sts *appsv1.Sta
 
 func templateStorage(sts *appsv1.StatefulSet) (q resource.Quantity, ok bool) {
 	for _, t := range sts.Spec.VolumeClaimTemplates {
-		if t.Name == "data" {
+		if t.Name == volumeClaimTemplate {
 			s, found := t.Spec.Resources.Requests[corev1.ResourceStorage]
 			return s, found
 		}

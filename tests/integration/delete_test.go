@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -62,20 +65,42 @@ func TestDeletionPolicyRetain(t *testing.T) {
 	}
 }
 
-// TestDeletionPolicyDelete: deleting the Database deletes its PVCs.
+// TestDeletionPolicyDelete: deleting the Database deletes its PVCs, and
+// only them: volumes of another chart that carry the same common
+// app.kubernetes.io labels are left alone.
 func TestDeletionPolicyDelete(t *testing.T) {
 	ctx := context.Background()
 	db := runningDatabase(t, "gone", dbv1.EngineMariaDB, 2, func(db *dbv1.Database) { db.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete })
 	if n := len(pvcsOf(t, db)); n != 2 {
 		t.Fatalf("%d PVCs, want 2", n)
 	}
+	foreign := []string{"data-gone-02", "data-gone-archive", "gone-cache"} // sorted, as a list is
+	for _, name := range foreign {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name,
+				Labels: map[string]string{"app.kubernetes.io/name": "database", "app.kubernetes.io/instance": db.Name}},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+		if err := testEnv.client.Create(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = testEnv.client.Delete(context.Background(), pvc) })
+	}
 	if err := testEnv.client.Delete(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, db)
-	eventually(t, 60*time.Second, "PVCs deleted", func() string {
-		if n := len(pvcsOf(t, db)); n != 0 {
-			return fmt.Sprintf("%d PVCs left", n)
+	eventually(t, 60*time.Second, "the Database's PVCs deleted", func() string {
+		var left []string
+		for _, pvc := range pvcsOf(t, db) {
+			if pvc.DeletionTimestamp.IsZero() {
+				left = append(left, pvc.Name)
+			}
+		}
+		slices.Sort(left)
+		if got, want := strings.Join(left, ","), strings.Join(foreign, ","); got != want {
+			return fmt.Sprintf("left %s, want only the foreign %s", got, want)
 		}
 		return ""
 	})
