@@ -97,6 +97,7 @@ type VolumeTarget struct {
 }
 
 // S3Target is a bucket of an S3-compatible object store.
+// +kubebuilder:validation:XValidation:rule="!self.endpoint.lowerAscii().startsWith('http://') || (has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="endpoint is plain http://: the credentials and every dump would cross the network unencrypted; use https://, or set allowInsecureHTTP: true to accept that",fieldPath=.endpoint
 type S3Target struct {
 	// Endpoint is host[:port] or an http(s) URL of the object store; HTTPS
 	// unless the URL says http://.
@@ -133,6 +134,11 @@ type S3Target struct {
 	// endpoint's certificate, when it is not publicly trusted.
 	// +optional
 	CASecret *SecretKeyRef `json:"caSecret,omitempty"`
+
+	// AllowInsecureHTTP accepts a plain http:// endpoint, over which the
+	// credentials and the dumps travel unencrypted. Refused without it.
+	// +optional
+	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
 }
 
 // S3Credentials locate the keys in a Secret.

@@ -74,6 +74,13 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "source": map[string]any{"target": map[string]any{}, "path": "ns/db/b1"}}
 		}, "bootstrap needs exactly one of backup"},
 		{"bootstrap from nothing", func(s map[string]any) { s["bootstrap"] = map[string]any{} }, "bootstrap needs exactly one of backup"},
+		{"a plain http backup endpoint", func(s map[string]any) {
+			s["backup"] = map[string]any{"target": map[string]any{"s3": map[string]any{
+				"endpoint": "HTTP://s3.example.com", "bucket": "backups", "credentialsSecret": map[string]any{"name": "s3"}}}}
+		}, "endpoint is plain http://: the credentials and every dump would cross the network unencrypted"},
+		{"a limit below its request", func(s map[string]any) {
+			s["resources"] = map[string]any{"requests": map[string]any{"memory": "2Gi"}, "limits": map[string]any{"memory": "1Gi"}}
+		}, `spec.resources.limits[memory]: Invalid value: "1Gi": below the request 2Gi`},
 		{"bootstrap path escaping", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"source": map[string]any{"target": map[string]any{}, "path": "../other/b1"}}
 		}, "path must be relative to the target and must not contain '..'"},
@@ -183,9 +190,16 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 }
 
 // TestNameLengthIsBounded: a Database's instances are <name>-<ordinal> pods
-// of a StatefulSet; names that would not fit are refused up front.
+// of a StatefulSet and its Services are named after it; names that would
+// not fit, or that a Service cannot take, are refused up front.
 func TestNameLengthIsBounded(t *testing.T) {
 	ns := newNamespace(t)
+	for _, name := range []string{"orders.v2", "1orders"} {
+		err := testEnv.client.Create(context.Background(), database(ns, name, dbv1.EnginePostgreSQL, 1))
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.name must be a DNS-1035 label") {
+			t.Errorf("name %q: %v", name, err)
+		}
+	}
 	long := database(ns, strings.Repeat("a", 53), dbv1.EnginePostgreSQL, 1)
 	err := testEnv.client.Create(context.Background(), long)
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "at most 52 characters") {

@@ -48,7 +48,7 @@ func newWebhookServer(c *localcluster.Cluster, dir string) (webhook.Server, *web
 // registerWebhooks adds the Database's webhooks to the manager (before it
 // starts); startedWebhooks registers them with the API server once the
 // server answers.
-func registerWebhooks(mgr ctrl.Manager) error { return webhookv1.Setup(mgr) }
+func registerWebhooks(mgr ctrl.Manager) error { return webhookv1.Setup(mgr, webhookv1.Options{}) }
 
 func startedWebhooks(ctx context.Context, c *localcluster.Cluster, mgr ctrl.Manager, we *webhookEnv) error {
 	check := mgr.GetWebhookServer().StartedChecker()

@@ -16,18 +16,24 @@ import (
 )
 
 // BackupTargetSecrets refuses a backup target (spec.backup.target, or the
-// target of spec.bootstrap.source) whose S3 credentials or CA Secret does
-// not exist in the Database's namespace or lacks a key: the first backup
-// (or the restore) would fail. It needs the API server's state, so it is a
-// webhook rule, not CEL. A target that did not change is not checked again
-// (a Secret rotated away later is the backup's failure to report, not a
-// reason to refuse unrelated updates).
-func BackupTargetSecrets(r client.Reader) Rule {
+// target of spec.bootstrap.source) that names a Secret the requesting user
+// may not read (see secretAccess), or whose S3 credentials or CA Secret
+// does not exist in the Database's namespace or lacks a key: the first
+// backup (or the restore) would fail. It needs the API server's state, so
+// it is a webhook rule, not CEL. r reads the Secrets; c asks the API server
+// about the user's access. A target that did not change is not checked
+// again (a Secret rotated away later is the backup's failure to report, not
+// a reason to refuse unrelated updates).
+func BackupTargetSecrets(r client.Reader, c client.Client) Rule {
 	return func(ctx context.Context, old, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
 		var errs field.ErrorList
 		check := func(path *field.Path, target, before *dbv1.BackupTarget) {
 			if target == nil || (before != nil && equality.Semantic.DeepEqual(*target, *before)) {
 				return
+			}
+			if denied := secretAccess(ctx, c, db.Namespace, path, *target); len(denied) > 0 {
+				errs = append(errs, denied...)
+				return // whether a Secret exists is not told to whom may not read it
 			}
 			for _, s := range target.Secrets() {
 				if msg := missingKeys(ctx, r, db.Namespace, s.Name, s.Keys); msg != "" {

@@ -2,14 +2,22 @@ package v1
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -20,8 +28,9 @@ func TestBackupTargetSecrets(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "full"}, Data: map[string][]byte{"accessKeyId": []byte("a"), "secretAccessKey": []byte("s"), "ca.crt": []byte("pem")}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "half"}, Data: map[string][]byte{"id": []byte("a")}},
-	).Build()
-	rule := BackupTargetSecrets(c)
+	).WithInterceptorFuncs(secretReaders("alice")).Build()
+	rule := BackupTargetSecrets(c, c)
+	asAlice := asUser("alice")
 	withTarget := func(creds dbv1.S3Credentials, ca *dbv1.SecretKeyRef) *dbv1.Database {
 		return &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db"}, Spec: dbv1.DatabaseSpec{Backup: &dbv1.BackupPolicy{
 			Target: dbv1.BackupTarget{S3: &dbv1.S3Target{CredentialsSecret: creds, CASecret: ca}}}}}
@@ -39,7 +48,7 @@ func TestBackupTargetSecrets(t *testing.T) {
 		{"bootstrap source", &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "ns"}, Spec: dbv1.DatabaseSpec{Bootstrap: &dbv1.BootstrapSpec{Source: &dbv1.BackupSource{
 			Target: dbv1.BackupTarget{S3: &dbv1.S3Target{CredentialsSecret: dbv1.S3Credentials{Name: "gone"}}}, Path: "a/b/c"}}}}, "spec.bootstrap.source.target.s3"},
 	} {
-		_, errs, _ := rule(context.Background(), nil, tc.db)
+		_, errs, _ := rule(asAlice, nil, tc.db)
 		got := errs.ToAggregate()
 		switch {
 		case tc.want == "" && got != nil:
@@ -50,7 +59,73 @@ func TestBackupTargetSecrets(t *testing.T) {
 	}
 	// An update that leaves the target as it was is not checked again.
 	gone := withTarget(dbv1.S3Credentials{Name: "nope"}, nil)
-	if _, errs, _ := rule(context.Background(), gone.DeepCopy(), gone); len(errs) != 0 {
+	if _, errs, _ := rule(asAlice, gone.DeepCopy(), gone); len(errs) != 0 {
 		t.Errorf("an unchanged target was checked: %v", errs)
+	}
+	// Someone who may not read the Secret may not name it, and is not told
+	// whether it exists.
+	for _, name := range []string{"full", "nope"} {
+		_, errs, _ := rule(asUser("mallory"), nil, withTarget(dbv1.S3Credentials{Name: name}, nil))
+		if got := errs.ToAggregate(); got == nil || !strings.Contains(got.Error(), "mallory may not get Secret "+name) || strings.Contains(got.Error(), "does not exist") {
+			t.Errorf("mallory naming Secret %s: %v", name, got)
+		}
+	}
+}
+
+// asUser is a context carrying an admission request from user.
+func asUser(user string) context.Context {
+	return admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UserInfo: authenticationv1.UserInfo{Username: user}}})
+}
+
+// secretReaders answers SubjectAccessReviews as an API server whose RBAC
+// lets only the given users read Secrets.
+func secretReaders(users ...string) interceptor.Funcs {
+	return interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		review, ok := obj.(*authorizationv1.SubjectAccessReview)
+		if !ok {
+			return c.Create(ctx, obj, opts...)
+		}
+		attrs := review.Spec.ResourceAttributes
+		review.Status.Allowed = slices.Contains(users, review.Spec.User) && attrs.Resource == "secrets" && attrs.Verb == "get"
+		return nil
+	}}
+}
+
+// TestBackupValidator: a Backup's own target may name only Secrets the
+// requesting user may read; an admitted Backup is recorded with its user.
+func TestBackupValidator(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(secretReaders("alice")).Build()
+	rec := events.NewFakeRecorder(10)
+	v := &BackupValidator{Client: c, Recorder: rec}
+	backup := func(target *dbv1.BackupTarget) *dbv1.Backup {
+		return &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b1", UID: "u1"},
+			Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "orders"}, Target: target}}
+	}
+	elsewhere := &dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.elsewhere.test", Bucket: "loot",
+		CredentialsSecret: dbv1.S3Credentials{Name: "app-credentials"}}}
+
+	if _, err := v.ValidateCreate(asUser("mallory"), backup(elsewhere)); err == nil ||
+		!strings.Contains(err.Error(), "spec.target: Forbidden: mallory may not get Secret app-credentials in namespace ns") {
+		t.Errorf("mallory's Backup to her own endpoint: %v", err)
+	}
+	if _, err := v.ValidateCreate(asUser("mallory"), backup(nil)); err != nil {
+		t.Errorf("mallory's Backup to the Database's own target: %v", err)
+	}
+	if _, err := v.ValidateCreate(asUser("alice"), backup(elsewhere)); err != nil {
+		t.Errorf("alice's Backup: %v", err)
+	}
+	// Changing the target later is judged like a new one.
+	if _, err := v.ValidateUpdate(asUser("mallory"), backup(nil), backup(elsewhere)); err == nil {
+		t.Error("mallory moved a Backup's target to a Secret she may not read")
+	}
+	want := []string{
+		"Normal AuditBackupRequested Backup b1 of Database orders to the Database's own target requested (by mallory)",
+		"Normal AuditBackupRequested Backup b1 of Database orders to bucket loot at https://s3.elsewhere.test requested (by alice)",
+	}
+	if got := drain(rec); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -91,7 +92,7 @@ var _ admission.Validator[*dbv1.Database] = &DatabaseValidator{}
 
 // DefaultRules are the built-in rules.
 func DefaultRules() []Rule {
-	return []Rule{switchoverTarget, primaryWithinReplicas, bootstrapUnchanged, backupSchedule, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange, synchronousAvailability, parametersKnown}
+	return []Rule{switchoverTarget, primaryWithinReplicas, bootstrapUnchanged, backupSchedule, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange, synchronousAvailability, parametersKnown, resourcesConsistent}
 }
 
 // ValidateCreate runs the rules with no previous object.
@@ -99,8 +100,14 @@ func (v *DatabaseValidator) ValidateCreate(ctx context.Context, db *dbv1.Databas
 	return v.validate(ctx, nil, db)
 }
 
-// ValidateUpdate runs the rules against the stored object.
+// ValidateUpdate runs the rules against the stored object. An update that
+// leaves the spec as it was (finalizers, labels, annotations) is not
+// judged: a Database admitted under older rules must stay possible to
+// label, finalize and delete.
 func (v *DatabaseValidator) ValidateUpdate(ctx context.Context, old, db *dbv1.Database) (admission.Warnings, error) {
+	if equality.Semantic.DeepEqual(old.Spec, db.Spec) {
+		return nil, nil
+	}
 	return v.validate(ctx, old, db)
 }
 
@@ -122,11 +129,11 @@ func (v *DatabaseValidator) validate(ctx context.Context, old, db *dbv1.Database
 	if len(errs) > 0 {
 		return warnings, apierrors.NewInvalid(dbv1.GroupVersion.WithKind("Database").GroupKind(), db.Name, errs)
 	}
-	v.audit(ctx, db, audits)
+	recordAudits(ctx, v.Recorder, &v.recorded, db, audits)
 	return warnings, nil
 }
 
-// audit records an Event per risky change, naming the requesting user. Only
+// recordAudits records an Event per risky change, naming the requesting user. Only
 // for admitted, real requests: a refused or dry-run request changed
 // nothing. A later step can still fail the request (another webhook, the
 // storage write). The common case is a conflict with the operator's own
@@ -135,8 +142,8 @@ func (v *DatabaseValidator) validate(ctx context.Context, old, db *dbv1.Database
 // client) with the same change. Such retries are recorded once: the key is
 // the object's UID, the generation the change applies to (status writes do
 // not move it), the change and the user.
-func (v *DatabaseValidator) audit(ctx context.Context, db *dbv1.Database, audits []Audit) {
-	if v.Recorder == nil || len(audits) == 0 {
+func recordAudits(ctx context.Context, rec events.EventRecorder, recorded *recentSet, obj client.Object, audits []Audit) {
+	if rec == nil || len(audits) == 0 {
 		return
 	}
 	req, err := admission.RequestFromContext(ctx)
@@ -148,9 +155,9 @@ func (v *DatabaseValidator) audit(ctx context.Context, db *dbv1.Database, audits
 		user = unknownUser
 	}
 	for _, a := range audits {
-		key := fmt.Sprintf("%s/%d/%s/%s/%s", db.UID, db.Generation, a.Reason, a.Note, user)
-		if v.recorded.add(key, time.Now()) {
-			v.Recorder.Eventf(db, nil, corev1.EventTypeNormal, a.Reason, auditAction, "%s (by %s)", a.Note, user)
+		key := fmt.Sprintf("%s/%d/%s/%s/%s", obj.GetUID(), obj.GetGeneration(), a.Reason, a.Note, user)
+		if recorded.add(key, time.Now()) {
+			rec.Eventf(obj, nil, corev1.EventTypeNormal, a.Reason, auditAction, "%s (by %s)", a.Note, user)
 		}
 	}
 }
@@ -243,6 +250,22 @@ func versionChange(_ context.Context, old, db *dbv1.Database) (admission.Warning
 func major(version string) string {
 	m, _, _ := strings.Cut(version, ".")
 	return m
+}
+
+// resourcesConsistent: a limit below its request is refused by the API
+// server only when the StatefulSet is applied, long after the Database
+// was admitted, and the Database then never converges.
+func resourcesConsistent(_ context.Context, _, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
+	var errs field.ErrorList
+	path := field.NewPath("spec", "resources", "limits")
+	for _, name := range slices.Sorted(maps.Keys(db.Spec.Resources.Limits)) {
+		limit := db.Spec.Resources.Limits[name]
+		if request, ok := db.Spec.Resources.Requests[name]; ok && limit.Cmp(request) < 0 {
+			errs = append(errs, field.Invalid(path.Key(string(name)), limit.String(),
+				fmt.Sprintf("below the request %s: raise the limit or lower the request", request.String())))
+		}
+	}
+	return nil, errs, nil
 }
 
 // deletionPolicyChange: moving from Retain to Delete removes the protection

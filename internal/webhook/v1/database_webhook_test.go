@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -123,11 +124,22 @@ func TestValidatorRules(t *testing.T) {
 		{name: "a parameter admitted before stays admitted", old: db(func(d *dbv1.Database) { d.Spec.Parameters = map[string]string{"gone": "1"} }),
 			new: db(func(d *dbv1.Database) { d.Spec.Parameters, d.Spec.Replicas = map[string]string{"gone": "1"}, 3 })},
 		{name: "deletion protection restored", old: db(func(d *dbv1.Database) { d.Spec.DeletionPolicy = dbv1.DeletionPolicyDelete }), new: db()},
+		{name: "a limit below its request", new: db(func(d *dbv1.Database) {
+			d.Spec.Resources = corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("2Gi")}}
+		}), err: `spec.resources.limits[cpu]: Invalid value: "500m": below the request 1: raise the limit or lower the request`},
+		{name: "an allowed image", old: db(), new: db(func(d *dbv1.Database) { d.Spec.Image = "approved/mariadb:10.11" }),
+			events: []string{`Normal AuditImageChange spec.image changed from "" to "approved/mariadb:10.11" (by bob)`}},
+		{name: "an image outside the allowed prefixes", new: db(func(d *dbv1.Database) { d.Spec.Image = "elsewhere/mariadb:10.11" }),
+			err: "spec.image: Forbidden: elsewhere/mariadb:10.11 is not under an allowed image prefix (approved/)"},
+		{name: "an image admitted before is not judged again", old: db(func(d *dbv1.Database) { d.Spec.Image = "elsewhere/mariadb:10.11" }),
+			new: db(func(d *dbv1.Database) { d.Spec.Image, d.Spec.Replicas = "elsewhere/mariadb:10.11", 4 })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := events.NewFakeRecorder(10)
-			v := &DatabaseValidator{Recorder: rec, Rules: DefaultRules()}
+			v := &DatabaseValidator{Recorder: rec, Rules: append(DefaultRules(), ImagePolicy([]string{"approved/"}))}
 			op := admissionv1.Update
 			if tt.old == nil {
 				op = admissionv1.Create
@@ -167,6 +179,29 @@ func TestAuditOncePerChange(t *testing.T) {
 	}
 	if got := drain(rec); len(got) != 2 {
 		t.Errorf("events %q, want two", got)
+	}
+}
+
+// TestMetadataOnlyUpdatesPass: a Database admitted under older rules that
+// now refuse it can still have its finalizer removed (and so be deleted)
+// and be labelled; a change of its spec is judged.
+func TestMetadataOnlyUpdatesPass(t *testing.T) {
+	v := &DatabaseValidator{Rules: DefaultRules()}
+	old := db(func(d *dbv1.Database) {
+		d.Finalizers = []string{"example.com/finalizer"}
+		// Admitted before the rule existed.
+		d.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+		d.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	})
+	unlabelled := old.DeepCopy()
+	unlabelled.Finalizers, unlabelled.Labels = nil, map[string]string{"team": "a"}
+	if _, err := v.ValidateUpdate(request(admissionv1.Update, false), old, unlabelled); err != nil {
+		t.Errorf("a metadata-only update was refused: %v", err)
+	}
+	scaled := old.DeepCopy()
+	scaled.Spec.Replicas = 4
+	if _, err := v.ValidateUpdate(request(admissionv1.Update, false), old, scaled); err == nil || !strings.Contains(err.Error(), "below the request 2") {
+		t.Errorf("a spec change was not judged: %v", err)
 	}
 }
 
