@@ -100,7 +100,7 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 				t.Errorf("%s: the database container runs %v, not the agent", engine, cmd)
 			}
 			sc := c["securityContext"].(map[string]any)
-			if sc["allowPrivilegeEscalation"] != false || sc["runAsNonRoot"] != true {
+			if sc["allowPrivilegeEscalation"] != false || sc["runAsNonRoot"] != true || sc["readOnlyRootFilesystem"] != true {
 				t.Errorf("%s: container security context %v is not restricted", engine, sc)
 			}
 			n, _, _ := unstructured.NestedInt64(sts.Object, "spec", "replicas")

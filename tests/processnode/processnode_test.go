@@ -259,6 +259,30 @@ while true; do echo "mode=$(cat /config/mode)" > /tmp/mode; sleep 0.2; done`
 	}
 }
 
+// TestReadOnlyRootFilesystem: with readOnlyRootFilesystem only the
+// container's volumes take writes; /tmp without a volume is read-only too,
+// as under a container runtime.
+func TestReadOnlyRootFilesystem(t *testing.T) {
+	script := `for f in /etc/written /tmp/written /work/written; do
+	if touch "$f" 2>/dev/null; then echo "$f writable"; else echo "$f read-only"; fi
+done
+sleep infinity`
+	pod := newPod(t, "rofs", corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "debian:12", Command: []string{"sh", "-c", script},
+		SecurityContext: &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)},
+		VolumeMounts:    []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}}},
+		Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}})
+	waitPod(t, pod, "Running", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	var out string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(out, "/work/"); time.Sleep(200 * time.Millisecond) {
+		out = logs(t, pod, "main", false)
+	}
+	for _, want := range []string{"/etc/written read-only", "/tmp/written read-only", "/work/written writable"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("container output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // TestCrashLoopBackOff: a container that keeps failing is restarted with
 // back-off; its exit code, termination message and the previous start's
 // log are reported.

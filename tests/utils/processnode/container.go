@@ -30,8 +30,12 @@ type launch struct {
 	groups   []int64
 	mounts   []mount
 	tmpOnTmp bool // /tmp is not a volume: give it a tmpfs of its own
-	logFile  string
-	memory   *memoryCgroup // the memory limit's cgroup, joined first
+	// readOnlyRoot is securityContext.readOnlyRootFilesystem: only volumes
+	// (and /dev, /proc) are writable, and, as under a container runtime,
+	// neither /run nor /tmp gets a tmpfs of its own.
+	readOnlyRoot bool
+	logFile      string
+	memory       *memoryCgroup // the memory limit's cgroup, joined first
 
 	closeAfterStart *os.File
 }
@@ -65,8 +69,10 @@ func (l *launch) script() string {
 	}
 	w(`mkdir -p "$R/dev/shm" "$R/dev/pts"; mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$R/dev/shm"`)
 	w(`ln -s /proc/self/fd "$R/dev/fd"; ln -s /proc/self/fd/0 "$R/dev/stdin"; ln -s /proc/self/fd/1 "$R/dev/stdout"; ln -s /proc/self/fd/2 "$R/dev/stderr"`)
-	w(`mount -t tmpfs -o mode=755,nosuid,nodev tmpfs "$R/run"`)
-	if l.tmpOnTmp {
+	if !l.readOnlyRoot {
+		w(`mount -t tmpfs -o mode=755,nosuid,nodev tmpfs "$R/run"`)
+	}
+	if l.tmpOnTmp && !l.readOnlyRoot {
 		w(`mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$R/tmp"`)
 	}
 	for _, m := range l.mounts {
@@ -82,6 +88,10 @@ func (l *launch) script() string {
 		if m.readOnly {
 			w(`mount -o remount,bind,ro %s`, t)
 		}
+	}
+	if l.readOnlyRoot {
+		// Last: the mount points above are made in the writable root.
+		w(`mount -o remount,ro "$R"`)
 	}
 	creds := ""
 	if l.uid != nil || l.gid != nil {

@@ -504,6 +504,9 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	l := &launch{dir: run, netns: w.netns, hostname: hostname, command: command, env: env,
 		workDir: c.spec.WorkingDir, tmpOnTmp: true, logFile: w.logFile(c.spec.Name, c.starts)}
 	l.uid, l.gid = w.runAs(c)
+	if sc := c.spec.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil {
+		l.readOnlyRoot = *sc.ReadOnlyRootFilesystem
+	}
 	if sc := w.pod.Spec.SecurityContext; sc != nil {
 		if sc.FSGroup != nil {
 			l.groups = append(l.groups, *sc.FSGroup)
