@@ -13,6 +13,9 @@
 #        hack/build-tools.sh s3
 #        builds versitygw (the S3 server the backup storage tests run
 #        against) and prints its bin dir (not part of the default set)
+#        hack/build-tools.sh vuln
+#        builds govulncheck and the offline vulnerability database (vulndb/
+#        beside it, from golang.org/x/vulndb's data/osv) and prints the dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -50,6 +53,28 @@ if [[ "${1:-}" == s3 ]]; then
 	mkdir -p "$bin"
 	vgw_ld="-X main.Version=$vgw_ver -X main.Build=$vgw_ver"
 	build versitygw versitygw github.com/versity/versitygw/cmd/versitygw "$vgw_ld"
+	echo "$bin"
+	exit 0
+fi
+
+# The vulnerability gate: govulncheck and the database it reads, keyed by
+# both versions (the database is the vulndb module's pinned commit) and by
+# the Go release: govulncheck type-checks the code, and a govulncheck built
+# by an older Go refuses a module whose go line is newer.
+if [[ "${1:-}" == vuln ]]; then
+	vuln_ver="$(modver vuln golang.org/x/vuln)"
+	vulndb_ver="$(modver vuln golang.org/x/vulndb)"
+	bin="$cache/bin/vuln-$vuln_ver-db-$vulndb_ver-$(go env GOVERSION)"
+	mkdir -p "$bin"
+	build vuln govulncheck golang.org/x/vuln/cmd/govulncheck
+	build vuln indexdb golang.org/x/vulndb/cmd/indexdb
+	if [[ ! -d "$bin/vulndb" ]]; then
+		step "indexing the vulnerability database $vulndb_ver"
+		src="$(cd "$tools/vuln" && go list -m -f '{{.Dir}}' golang.org/x/vulndb)/data/osv"
+		rm -rf "$bin/vulndb.tmp"
+		"$bin/indexdb" -vulns "$src" -out "$bin/vulndb.tmp"
+		mv "$bin/vulndb.tmp" "$bin/vulndb"
+	fi
 	echo "$bin"
 	exit 0
 fi
