@@ -22,8 +22,9 @@ import (
 )
 
 // TestDatabaseBecomesRunning: a three-instance PostgreSQL Database gets its
-// StatefulSet, Services, PDB, ConfigMap, NetworkPolicy and Secret, all
-// controlled by it; its pods become Ready, one labelled primary; the
+// StatefulSet, Services, PDB, ConfigMap, NetworkPolicy, credentials and
+// server certificate Secrets, all controlled by it (the namespace's CA by
+// none); its pods become Ready, one labelled primary; the
 // read-write Service's endpoints point at the primary alone.
 func TestDatabaseBecomesRunning(t *testing.T) {
 	got := runningDatabase(t, "orders", dbv1.EnginePostgreSQL, 3)
@@ -45,6 +46,7 @@ func TestDatabaseBecomesRunning(t *testing.T) {
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "orders-headless"}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "orders-credentials"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "orders-tls"}},
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "orders"}},
 		&networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "orders"}},
 	} {
@@ -63,6 +65,10 @@ func TestDatabaseBecomesRunning(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-credentials"}}
 	if err := get(t, secret); err == nil && (string(secret.Data["username"]) != "postgres" || len(secret.Data["password"]) != 32) {
 		t.Errorf("credentials: user %q, password of %d bytes", secret.Data["username"], len(secret.Data["password"]))
+	}
+	ca := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "database-operator-ca"}}
+	if err := get(t, ca); err != nil || len(ca.OwnerReferences) != 0 || len(ca.Data["ca.key"]) == 0 {
+		t.Errorf("the namespace's CA: %v, owners %v", err, ca.OwnerReferences)
 	}
 
 	primaries := 0

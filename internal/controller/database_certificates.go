@@ -1,0 +1,159 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/pki"
+)
+
+// The CA Secret's keys: the current CA and the one it replaced, kept in
+// the bundle until it expires (certificates it signed may still be served).
+const (
+	caSecretName  = "database-operator-ca"
+	keyCACert     = "ca.crt"
+	keyCAKey      = "ca.key"
+	keyPreviousCA = "previous-ca.crt"
+)
+
+// tlsSecretName is the Secret with a Database's server certificate, key
+// and the CA bundle (kubernetes.io/tls: tls.crt, tls.key, ca.crt).
+func tlsSecretName(db *dbv1.Database) string { return db.Name + "-tls" }
+
+// reconcileCertificates keeps the namespace's CA (one Secret shared by the
+// namespace's Databases, owned by none, so deleting a Database never
+// deletes it) and the Database's server certificate, each renewed once two
+// thirds of its life have passed.
+func (r *DatabaseReconciler) reconcileCertificates(ctx context.Context, db *dbv1.Database, _ *observed) error {
+	now := r.now()
+	ca, bundle, err := r.namespaceCA(ctx, db, now)
+	if err != nil {
+		return err
+	}
+	names := serverNames(db)
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: tlsSecretName(db)}
+	err = r.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only Secrets labelled as ours.
+		err = r.APIReader.Get(ctx, key, secret)
+	}
+	exists := err == nil
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading Secret %s: %w", key.Name, err)
+	case !metav1.IsControlledBy(secret, db):
+		return fmt.Errorf("Secret %s exists and is not this Database's: delete or rename it", key.Name)
+	}
+	why := pki.Due(secret.Data[corev1.TLSCertKey], ca, names, now)
+	if why == "" {
+		if string(secret.Data[keyCACert]) == string(bundle) {
+			return nil
+		}
+		why = "the CA bundle changed"
+	}
+	certPEM, keyPEM := secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]
+	if why != "the CA bundle changed" {
+		if certPEM, keyPEM, err = ca.IssueServer(db.Name, names, now); err != nil {
+			return err
+		}
+	}
+	data := map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM, keyCACert: bundle}
+	if !exists {
+		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: key.Name, Labels: instanceLabels(db)},
+			Type: corev1.SecretTypeTLS, Data: data}
+		if err := controllerutil.SetControllerReference(db, secret, r.Scheme); err != nil {
+			return err
+		}
+		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("creating Secret %s: %w", key.Name, err)
+		}
+	} else {
+		patch := client.MergeFromWithOptions(secret.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		secret.Data = data
+		if err := r.Patch(ctx, secret, patch, client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("renewing Secret %s: %w", key.Name, err)
+		}
+	}
+	log.FromContext(ctx).Info("server certificate written", "secret", key.Name, "why", why)
+	r.event(db, corev1.EventTypeNormal, "CertificateIssued", "Issue", "Server certificate in Secret %s: %s", key.Name, why)
+	return nil
+}
+
+// namespaceCA returns the namespace's CA and the bundle clients trust,
+// making the CA on first use and replacing it once two thirds of its life
+// have passed. Two Databases may race to make or replace it: the loser's
+// write fails (it already exists, or the optimistic lock) and it takes the
+// winner's at its next reconcile.
+func (r *DatabaseReconciler) namespaceCA(ctx context.Context, db *dbv1.Database, now time.Time) (*pki.CA, []byte, error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: caSecretName}
+	err := r.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, secret)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		ca, err := pki.NewCA("database-operator CA "+db.Namespace, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		secret = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: caSecretName,
+			Labels: map[string]string{labelManagedBy: managedBy, labelComponent: "certificate-authority"}},
+			Data: map[string][]byte{keyCACert: ca.CertPEM, keyCAKey: ca.KeyPEM}}
+		if err := r.Create(ctx, secret, client.FieldOwner(FieldOwner)); err != nil {
+			return nil, nil, fmt.Errorf("creating the namespace's CA in Secret %s: %w", caSecretName, err)
+		}
+		log.FromContext(ctx).Info("certificate authority created", "secret", caSecretName)
+		r.event(db, corev1.EventTypeNormal, "CertificateAuthorityCreated", "Issue", "Made the namespace's CA in Secret %s", caSecretName)
+		return ca, pki.Bundle(now, ca.CertPEM), nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading Secret %s: %w", caSecretName, err)
+	case secret.Labels[labelManagedBy] != managedBy:
+		return nil, nil, fmt.Errorf("Secret %s exists and was not made by this operator: it must hold the namespace's CA; delete or rename it", caSecretName)
+	}
+	ca, err := pki.ParseCA(secret.Data[keyCACert], secret.Data[keyCAKey])
+	if err != nil {
+		return nil, nil, fmt.Errorf("Secret %s: %w", caSecretName, err)
+	}
+	if why := pki.Due(secret.Data[keyCACert], nil, pki.Names{}, now); why != "" {
+		next, err := pki.NewCA("database-operator CA "+db.Namespace, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		patch := client.MergeFromWithOptions(secret.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		secret.Data = map[string][]byte{keyCACert: next.CertPEM, keyCAKey: next.KeyPEM, keyPreviousCA: ca.CertPEM}
+		if err := r.Patch(ctx, secret, patch, client.FieldOwner(FieldOwner)); err != nil {
+			return nil, nil, fmt.Errorf("replacing the namespace's CA (%s): %w", why, err)
+		}
+		log.FromContext(ctx).Info("certificate authority replaced", "secret", caSecretName, "why", why)
+		r.event(db, corev1.EventTypeNormal, "CertificateAuthorityRenewed", "Issue", "Replaced the namespace's CA in Secret %s (%s); the old one stays trusted until it expires", caSecretName, why)
+		ca = next
+	}
+	return ca, pki.Bundle(now, secret.Data[keyCACert], secret.Data[keyPreviousCA]), nil
+}
+
+// serverNames are the names a Database's servers are reached by: its
+// Services (short, namespaced and full names) and each pod's stable name
+// under the headless Service; localhost for the agent and the probes.
+func serverNames(db *dbv1.Database) pki.Names {
+	var dns []string
+	for _, svc := range []string{db.Name + "-rw", db.Name + "-ro", db.Name + "-headless"} {
+		full := svc + "." + db.Namespace + ".svc"
+		dns = append(dns, svc, svc+"."+db.Namespace, full, full+".cluster.local")
+	}
+	peers := db.Name + "-headless." + db.Namespace + ".svc"
+	dns = append(dns, "*."+peers, "*."+peers+".cluster.local", "localhost")
+	return pki.Names{DNS: dns, IPs: []net.IP{net.IPv4(127, 0, 0, 1).To4(), net.IPv6loopback}}
+}
