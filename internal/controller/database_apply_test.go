@@ -6,7 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
 	helmcharts "example.com/database-operator/helm-charts"
@@ -272,5 +276,41 @@ func TestParametersInConfiguration(t *testing.T) {
 	conf, _ = render(dbv1.EngineMariaDB, map[string]string{"max-connections": "300"})
 	if !strings.Contains(conf, "max_connections = 300\n") || strings.Index(conf, "max_connections = 300") < strings.Index(conf, "max-connections = 200") {
 		t.Errorf("my.cnf: max_connections = 300 missing or before the default it overrides:\n%s", conf)
+	}
+}
+
+// TestNetworkPolicy: the database port is open to the namespace's pods and
+// the operator's pods (by namespace and label, never its whole namespace);
+// the agents' peer channel only to the Database's own instances and the
+// operator's pods.
+func TestNetworkPolicy(t *testing.T) {
+	objs, err := desiredObjects(loadChart(t), newDB(dbv1.EnginePostgreSQL), ValueOptions{OperatorNamespace: "operators", OperatorImage: testOperatorImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	np := &networkingv1.NetworkPolicy{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["NetworkPolicy/orders"].Object, np); err != nil {
+		t.Fatal(err)
+	}
+	operator := networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "operators"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "database-operator"}},
+	}
+	instances := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(newDB(dbv1.EnginePostgreSQL))}}
+	want := map[string][]networkingv1.NetworkPolicyPeer{
+		"postgresql": {{PodSelector: &metav1.LabelSelector{}}, operator},
+		"agent":      {instances, operator},
+	}
+	if len(np.Spec.Ingress) != len(want) {
+		t.Fatalf("%d ingress rules, want %d", len(np.Spec.Ingress), len(want))
+	}
+	for _, rule := range np.Spec.Ingress {
+		if len(rule.Ports) != 1 {
+			t.Fatalf("rule %+v: want one port", rule)
+		}
+		port := rule.Ports[0].Port.String()
+		if !equality.Semantic.DeepEqual(rule.From, want[port]) {
+			t.Errorf("port %s open to %+v, want %+v", port, rule.From, want[port])
+		}
 	}
 }

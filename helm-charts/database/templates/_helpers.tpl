@@ -64,3 +64,15 @@ app.kubernetes.io/part-of: database-operator
 
 {{/* Where the operator's topology ConfigMap is mounted. */}}
 {{- define "database.topologyPath" -}}/etc/database-operator/topology{{- end -}}
+
+{{/* The operator's pods as a NetworkPolicy peer: its namespace and its pods' label, never the whole namespace. */}}
+{{- define "database.operatorPeer" -}}
+{{- with .Values.operatorNamespace }}
+        - namespaceSelector:
+            matchLabels:
+              kubernetes.io/metadata.name: {{ . | quote }}
+          podSelector:
+            matchLabels:
+              app.kubernetes.io/name: database-operator
+{{- end }}
+{{- end -}}
