@@ -1,5 +1,5 @@
 # For users with Docker. CI builds no images here (no daemon on its machines).
-FROM golang:1.26 AS build
+FROM golang:1.27 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -115,9 +115,9 @@ vet: ## go vet, and fail on unformatted code.
 	$(RELEASE_GO) vet ./...
 
 .PHONY: vuln
-vuln: ## The vulnerability gate: govulncheck on the shipped binary's code, against the pinned offline database (hack/tools/vuln); a reachable vulnerability fails.
+vuln: ## The vulnerability gate: govulncheck on the shipped binaries' code (the manager, the scorecard test image), against the pinned offline database (hack/tools/vuln); a reachable vulnerability fails.
 	@V=$$(hack/build-tools.sh vuln); go version; \
-	"$$V/govulncheck" -db "file://$$V/vulndb" ./cmd/...
+	"$$V/govulncheck" -db "file://$$V/vulndb" ./cmd/... ./scorecard/cmd/database-scorecard
 
 .PHONY: build
 build: ## Build the operator binary into bin/.

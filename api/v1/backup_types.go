@@ -32,6 +32,7 @@ type BackupPolicy struct {
 
 	// Target is where backups are written.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.s3) || !self.s3.endpoint.trim().lowerAscii().startsWith('http://') || (has(self.s3.allowInsecureHTTP) && self.s3.allowInsecureHTTP)",message="endpoint is plain http://: the credentials and every dump would cross the network unencrypted; use https://, or set allowInsecureHTTP: true to accept that",fieldPath=.s3.endpoint
 	Target BackupTarget `json:"target,omitempty"`
 
 	// Retention says which completed backups are kept.
@@ -97,7 +98,6 @@ type VolumeTarget struct {
 }
 
 // S3Target is a bucket of an S3-compatible object store.
-// +kubebuilder:validation:XValidation:rule="!self.endpoint.lowerAscii().startsWith('http://') || (has(self.allowInsecureHTTP) && self.allowInsecureHTTP)",message="endpoint is plain http://: the credentials and every dump would cross the network unencrypted; use https://, or set allowInsecureHTTP: true to accept that",fieldPath=.endpoint
 type S3Target struct {
 	// Endpoint is host[:port] or an http(s) URL of the object store; HTTPS
 	// unless the URL says http://.
@@ -136,7 +136,9 @@ type S3Target struct {
 	CASecret *SecretKeyRef `json:"caSecret,omitempty"`
 
 	// AllowInsecureHTTP accepts a plain http:// endpoint, over which the
-	// credentials and the dumps travel unencrypted. Refused without it.
+	// credentials and the dumps travel unencrypted. Refused without it (a
+	// rule on the spec fields that hold targets, not on this type: a
+	// Backup's status copies a target admitted before the rule existed).
 	// +optional
 	AllowInsecureHTTP bool `json:"allowInsecureHTTP,omitempty"`
 }
@@ -189,6 +191,7 @@ type BootstrapSpec struct {
 // BackupSource is a backup's location: a target and the path in it.
 type BackupSource struct {
 	// Target holds the backup.
+	// +kubebuilder:validation:XValidation:rule="!has(self.s3) || !self.s3.endpoint.trim().lowerAscii().startsWith('http://') || (has(self.s3.allowInsecureHTTP) && self.s3.allowInsecureHTTP)",message="endpoint is plain http://: the credentials and every dump would cross the network unencrypted; use https://, or set allowInsecureHTTP: true to accept that",fieldPath=.s3.endpoint
 	Target BackupTarget `json:"target"`
 	// Path is the backup's path in the target (a Backup's status.path).
 	// +kubebuilder:validation:MinLength=1
@@ -212,6 +215,7 @@ type BackupSpec struct {
 
 	// Target overrides the Database's spec.backup.target for this backup.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.s3) || !self.s3.endpoint.trim().lowerAscii().startsWith('http://') || (has(self.s3.allowInsecureHTTP) && self.s3.allowInsecureHTTP)",message="endpoint is plain http://: the credentials and every dump would cross the network unencrypted; use https://, or set allowInsecureHTTP: true to accept that",fieldPath=.s3.endpoint
 	Target *BackupTarget `json:"target,omitempty"`
 
 	// DeadlineSeconds bounds how long the backup may run (default: the

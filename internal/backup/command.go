@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -46,6 +47,10 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&o.Namespace, "namespace", "", "the Database's namespace")
 	fs.StringVar(&o.Database, "database", "", "the Database's name")
 	fs.StringVar(&o.DatabaseUID, "database-uid", "", "the Database's UID (retention deletes only backups carrying it)")
+	fs.Func("database-created", "when the Database was created (RFC 3339): retention also takes older versions' backups without a UID started since then", func(s string) (err error) {
+		o.DatabaseCreated, err = time.Parse(time.RFC3339, s)
+		return err
+	})
 	fs.StringVar(&o.Name, "name", "", "the Backup's name")
 	fs.StringVar(&o.Instance, "instance", "", "the pod backed up")
 	fs.IntVar(&o.Retention.KeepLast, "keep-last", 0, "keep at most this many completed backups (0: no bound)")

@@ -39,8 +39,12 @@ type Options struct {
 	// Namespace, Database and Name place the backup at
 	// Path(Namespace, Database, Name) and go into its manifest.
 	Namespace, Database, Name string
-	// DatabaseUID is the Database's UID, for the manifest; retention needs it.
-	DatabaseUID string
+	// DatabaseUID is the Database's UID, for the manifest; retention needs
+	// it. DatabaseCreated is when the Database was created: retention
+	// takes a backup without a UID (written by an older version) started
+	// since then for the Database's own.
+	DatabaseUID     string
+	DatabaseCreated time.Time
 	// Instance is the pod backed up, for the manifest.
 	Instance string
 	// Retention is applied after the backup completed.
@@ -158,7 +162,7 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 		cleanup()
 		return nil, nil, fail(ReasonTargetFailed, "writing the manifest: %w", err)
 	}
-	pruned, err := Prune(ctx, o.Store, m, o.Retention, now())
+	pruned, err := Prune(ctx, o.Store, m, o.DatabaseCreated, o.Retention, now())
 	if err != nil {
 		// The backup itself is good; retention retries after the next one.
 		return m, pruned, fmt.Errorf("backup completed, but retention failed: %w", err)

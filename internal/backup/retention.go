@@ -35,11 +35,13 @@ func ParseMaxAge(s string) (time.Duration, error) {
 // the backup just completed: it is never deleted, and it counts towards
 // KeepLast. Only backups whose manifest carries the same Database UID are
 // the Database's: a backup of an earlier Database of the same name (maybe
-// the one this Database was restored from), of another cluster, or written
-// before manifests carried the UID is neither counted nor deleted. A backup
-// is deleted manifest first, so a half-deleted one is never taken for a
-// complete backup. Prune returns the names of the backups it deleted.
-func Prune(ctx context.Context, store storage.Store, just *Manifest, r Retention, now time.Time) ([]string, error) {
+// the one this Database was restored from) or of another cluster is neither
+// counted nor deleted. A backup written before manifests carried the UID is
+// the Database's when it started after the Database was created (created,
+// when known); older ones are left alone. A backup is deleted manifest
+// first, so a half-deleted one is never taken for a complete backup. Prune
+// returns the names of the backups it deleted.
+func Prune(ctx context.Context, store storage.Store, just *Manifest, created time.Time, r Retention, now time.Time) ([]string, error) {
 	if r.KeepLast <= 0 && r.MaxAge <= 0 {
 		return nil, nil
 	}
@@ -63,7 +65,8 @@ func Prune(ctx context.Context, store storage.Store, just *Manifest, r Retention
 			continue
 		}
 		m, err := ReadManifest(ctx, store, path.Dir(k))
-		if err != nil || m.DatabaseUID != just.DatabaseUID {
+		legacy := m != nil && m.DatabaseUID == "" && !created.IsZero() && m.StartedAt.After(created)
+		if err != nil || (m.DatabaseUID != just.DatabaseUID && !legacy) {
 			continue // not ours to judge; left alone
 		}
 		backups = append(backups, found{name: path.Base(path.Dir(k)), m: m})

@@ -162,7 +162,8 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonNoInstanceReady, "waiting for a ready instance of "+db.Name
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
-	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--database-uid=" + string(db.UID), "--name=" + b.Name, "--instance=" + pod.Name}
+	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--database-uid=" + string(db.UID),
+		"--database-created=" + db.CreationTimestamp.UTC().Format(time.RFC3339), "--name=" + b.Name, "--instance=" + pod.Name}
 	if p := db.Spec.Backup; p != nil && b.Spec.Target == nil {
 		// Retention applies to the Database's own target.
 		if p.Retention.KeepLast != nil {
@@ -220,7 +221,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 			msg += "; " + result.Message
 		}
 		r.finish(st, dbv1.BackupCompleted, dbv1.ReasonBackupCompleted, msg)
-		return ctrl.Result{}, r.prune(ctx, b, result.Pruned)
+		return ctrl.Result{}, r.prune(ctx, b, st.Target, result.Pruned)
 	case out.reason == dbv1.ReasonDeadlineExceeded:
 		r.finish(st, dbv1.BackupFailed, out.reason, fmt.Sprintf("%s (%ds)", out.message, deadline(b, db)))
 	default:
@@ -468,7 +469,7 @@ func sortedKeys(m map[string][]byte) []string {
 }
 
 // prune deletes the Backup objects whose data retention removed.
-func (r *BackupReconciler) prune(ctx context.Context, b *dbv1.Backup, names []string) error {
+func (r *BackupReconciler) prune(ctx context.Context, b *dbv1.Backup, target *dbv1.BackupTarget, names []string) error {
 	for _, n := range names {
 		o := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: b.Namespace, Name: n}}
 		if err := r.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
@@ -478,8 +479,12 @@ func (r *BackupReconciler) prune(ctx context.Context, b *dbv1.Backup, names []st
 			return err
 		}
 		// Only the records of the backups retention deleted: this
-		// Database's, at its own target, at the path that was deleted.
-		if o.Spec.Database.Name != b.Spec.Database.Name || o.Spec.Target != nil ||
+		// Database's, at its own target as it is now (a record of a backup
+		// at a target it used before still points at data; one from before
+		// records kept the target is taken as at this one), at the path
+		// that was deleted.
+		sameTarget := o.Status.Target == nil || target == nil || equality.Semantic.DeepEqual(*o.Status.Target, *target)
+		if o.Spec.Database.Name != b.Spec.Database.Name || o.Spec.Target != nil || !sameTarget ||
 			o.Status.Path != backup.Path(b.Namespace, b.Spec.Database.Name, n) {
 			continue
 		}

@@ -44,7 +44,7 @@ func enginePort(e dbv1.Engine) int32 {
 }
 
 // credentialsSecretName is the Secret holding a Database's superuser credentials.
-func credentialsSecretName(db *dbv1.Database) string { return db.Name + "-credentials" }
+func credentialsSecretName(db *dbv1.Database) string { return dbv1.CredentialsSecretName(db.Name) }
 
 // replicationSecretName is the Secret of a Database's replication account.
 func replicationSecretName(db *dbv1.Database) string { return db.Name + "-replication" }

@@ -233,15 +233,20 @@ func TestRetention(t *testing.T) {
 	day0 := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	take := func(name string, day int, r backup.Retention, srv backup.Server) ([]string, error) {
 		_, pruned, err := backup.Run(ctx, backup.Options{Server: srv, Store: store, Namespace: "ns", Database: "db", DatabaseUID: "uid-1", Name: name,
-			Retention: r, Now: clock(day0.Add(time.Duration(day) * 24 * time.Hour))})
+			DatabaseCreated: day0.Add(-time.Hour), Retention: r, Now: clock(day0.Add(time.Duration(day) * 24 * time.Hour))})
 		return pruned, err
 	}
 	// An earlier Database of the same name (this one may have been restored
-	// from it) and a backup written before manifests carried the UID: old,
-	// but never the new Database's to count or delete.
-	for name, uid := range map[string]string{"a0": "uid-0", "a1": ""} {
-		if _, _, err := backup.Run(ctx, backup.Options{Server: mariaServer(m), Store: store, Namespace: "ns", Database: "db", DatabaseUID: uid, Name: name,
-			Now: clock(day0.Add(-30 * 24 * time.Hour))}); err != nil {
+	// from it), and a backup an older version wrote before this Database
+	// was created: old, but never the new Database's to count or delete.
+	// One an older version wrote after it was created (before an upgrade)
+	// is its own.
+	for name, at := range map[string]struct {
+		uid  string
+		when time.Time
+	}{"a0": {"uid-0", day0.Add(-30 * 24 * time.Hour)}, "a1": {"", day0.Add(-30 * 24 * time.Hour)}, "l1": {"", day0.Add(-30 * time.Minute)}} {
+		if _, _, err := backup.Run(ctx, backup.Options{Server: mariaServer(m), Store: store, Namespace: "ns", Database: "db", DatabaseUID: at.uid, Name: name,
+			Now: clock(at.when)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,8 +270,8 @@ func TestRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(pruned, ","); got != "b2,b1" {
-		t.Errorf("keepLast 3 pruned %q, want b2,b1", got)
+	if got := strings.Join(pruned, ","); got != "b2,b1,l1" {
+		t.Errorf("keepLast 3 pruned %q, want b2,b1,l1", got)
 	}
 	if got := backups(t, root, "db"); got != "a0,a1,b3,b4,b5" {
 		t.Errorf("left %q", got)

@@ -17,10 +17,9 @@ import (
 // ReasonAuditBackupRequested is the audit Event of an admitted Backup.
 const ReasonAuditBackupRequested = "AuditBackupRequested"
 
-// BackupValidator admits Backups. A Backup with a target of its own may
-// name only Secrets the requesting user may read (secretAccess): the Job
-// the operator creates for it sends them, with the dump, to the target's
-// endpoint. (The endpoint's scheme is the CRD's rule: plain http:// only
+// BackupValidator admits Backups. A Backup with a target of its own needs
+// what targetAccess asks: the Job the operator creates for it sends the
+// target's Secrets and the Database's data to the target's endpoint. (The endpoint's scheme is the CRD's rule: plain http:// only
 // with allowInsecureHTTP.) Each admitted Backup is recorded with an Event
 // naming who asked for it.
 type BackupValidator struct {
@@ -58,7 +57,7 @@ func (v *BackupValidator) validate(ctx context.Context, old, b *dbv1.Backup) (ad
 	if t := b.Spec.Target; t != nil {
 		target = describeTarget(*t)
 		if old == nil || old.Spec.Target == nil || !equality.Semantic.DeepEqual(*t, *old.Spec.Target) {
-			if errs := secretAccess(ctx, v.Client, b.Namespace, field.NewPath("spec", "target"), *t); len(errs) > 0 {
+			if errs := targetAccess(ctx, v.Client, b.Namespace, b.Spec.Database.Name, field.NewPath("spec", "target"), *t); len(errs) > 0 {
 				return nil, apierrors.NewInvalid(dbv1.GroupVersion.WithKind("Backup").GroupKind(), b.Name, errs)
 			}
 		}

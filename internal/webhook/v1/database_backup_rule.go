@@ -16,8 +16,9 @@ import (
 )
 
 // BackupTargetSecrets refuses a backup target (spec.backup.target, or the
-// target of spec.bootstrap.source) that names a Secret the requesting user
-// may not read (see secretAccess), or whose S3 credentials or CA Secret
+// target of spec.bootstrap.source) that would let the requesting user read
+// through the operator what they may not read themselves (see
+// targetAccess), or whose S3 credentials or CA Secret
 // does not exist in the Database's namespace or lacks a key: the first
 // backup (or the restore) would fail. It needs the API server's state, so
 // it is a webhook rule, not CEL. r reads the Secrets; c asks the API server
@@ -31,7 +32,7 @@ func BackupTargetSecrets(r client.Reader, c client.Client) Rule {
 			if target == nil || (before != nil && equality.Semantic.DeepEqual(*target, *before)) {
 				return
 			}
-			if denied := secretAccess(ctx, c, db.Namespace, path, *target); len(denied) > 0 {
+			if denied := targetAccess(ctx, c, db.Namespace, db.Name, path, *target); len(denied) > 0 {
 				errs = append(errs, denied...)
 				return // whether a Secret exists is not told to whom may not read it
 			}

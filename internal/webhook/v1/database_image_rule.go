@@ -38,6 +38,17 @@ func ImagePolicy(allowed []string) Rule {
 	}
 }
 
+// CheckImagePrefixes refuses an allowed prefix that does not end in "/":
+// "registry.example" would also allow "registry.example.evil/...".
+func CheckImagePrefixes(prefixes []string) error {
+	for _, p := range prefixes {
+		if !strings.HasSuffix(p, "/") {
+			return fmt.Errorf("allowed image prefix %q must end in '/' (a registry host, or a repository path under it), or it would also allow %q", p, p+".elsewhere/...")
+		}
+	}
+	return nil
+}
+
 func hasAnyPrefix(s string, prefixes []string) bool {
 	for _, p := range prefixes {
 		if strings.HasPrefix(s, p) {

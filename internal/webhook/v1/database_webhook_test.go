@@ -205,6 +205,15 @@ func TestMetadataOnlyUpdatesPass(t *testing.T) {
 	}
 }
 
+func TestCheckImagePrefixes(t *testing.T) {
+	if err := CheckImagePrefixes([]string{"mirror.example/", "mirror.example/db/"}); err != nil {
+		t.Error(err)
+	}
+	if err := CheckImagePrefixes([]string{"mirror.example"}); err == nil || !strings.Contains(err.Error(), "must end in '/'") {
+		t.Errorf("a prefix without a boundary: %v", err)
+	}
+}
+
 // TestExtraRules: rules added after the built-in ones run too.
 func TestExtraRules(t *testing.T) {
 	refuse := func(_ context.Context, _, d *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {

@@ -12,20 +12,36 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 )
 
-// secretAccess refuses a backup target that names a Secret the requesting
-// user may not read. The backup Job, which the operator creates, reads the
-// Secret and sends it with every dump to the target's endpoint: without
-// this check anyone who may write a Backup or a Database could have any
-// Secret of the namespace sent anywhere (a confused deputy). The API
-// server answers a SubjectAccessReview for the user of the request.
-func secretAccess(ctx context.Context, c client.Client, namespace string, path *field.Path, target dbv1.BackupTarget) field.ErrorList {
-	secrets := target.Secrets()
-	if len(secrets) == 0 {
-		return nil
-	}
+// targetAccess refuses a backup target that would let the requesting user
+// do, through the operator, what they may not do themselves (the operator
+// as a confused deputy). The backup Job the operator creates
+//   - reads the target's Secrets and sends them, with every dump, to the
+//     target's endpoint: the user must be allowed to get each of them;
+//   - sends the whole of the Database's data there: the user must be
+//     allowed to get the Database's credentials Secret, which gives the
+//     same access;
+//   - mounts the target's volume claim: the user must be allowed to create
+//     pods, which can mount any claim of the namespace.
+//
+// The API server answers a SubjectAccessReview for the request's user.
+func targetAccess(ctx context.Context, c client.Client, namespace, database string, path *field.Path, target dbv1.BackupTarget) field.ErrorList {
 	req, err := admission.RequestFromContext(ctx)
 	if err != nil {
 		return field.ErrorList{field.InternalError(path, fmt.Errorf("no admission request to take the requesting user from: %w", err))}
+	}
+	type need struct {
+		attrs authorizationv1.ResourceAttributes
+		why   string
+	}
+	needs := []need{{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Name: dbv1.CredentialsSecretName(database)},
+		"and a backup target receives all of Database " + database + "'s data"}}
+	for _, s := range target.Secrets() {
+		needs = append(needs, need{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Name: s.Name},
+			"and a backup target sends the Secrets it names to its endpoint"})
+	}
+	if v := target.Volume; v != nil && v.ClaimName != "" {
+		needs = append(needs, need{authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods"},
+			"and a backup target mounts the claim " + v.ClaimName + " as a pod of theirs could"})
 	}
 	user := req.UserInfo
 	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
@@ -33,20 +49,26 @@ func secretAccess(ctx context.Context, c client.Client, namespace string, path *
 		extra[k] = authorizationv1.ExtraValue(v)
 	}
 	var errs field.ErrorList
-	for _, s := range secrets {
+	for _, n := range needs {
+		attrs := n.attrs
+		attrs.Namespace = namespace
 		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: "secrets", Name: s.Name},
-		}}
+			User: user.Username, UID: user.UID, Groups: user.Groups, Extra: extra, ResourceAttributes: &attrs}}
 		if err := c.Create(ctx, review); err != nil {
-			errs = append(errs, field.InternalError(path, fmt.Errorf("asking whether %s may read Secret %s: %w", user.Username, s.Name, err)))
+			errs = append(errs, field.InternalError(path, fmt.Errorf("asking whether %s may %s %s: %w", user.Username, attrs.Verb, what(attrs), err)))
 			continue
 		}
 		if !review.Status.Allowed {
-			errs = append(errs, field.Forbidden(path, fmt.Sprintf(
-				"%s may not get Secret %s in namespace %s, and a backup target sends the Secrets it names to its endpoint: name a Secret you may read, or ask someone who may to set the target",
-				user.Username, s.Name, namespace)))
+			errs = append(errs, field.Forbidden(path, fmt.Sprintf("%s may not %s %s in namespace %s, %s: ask someone who may to set this target",
+				user.Username, attrs.Verb, what(attrs), namespace, n.why)))
 		}
 	}
 	return errs
+}
+
+func what(a authorizationv1.ResourceAttributes) string {
+	if a.Name == "" {
+		return a.Resource
+	}
+	return a.Resource + "/" + a.Name
 }

@@ -32,6 +32,9 @@ type Options struct {
 // webhook server. extra rules run after the built-in ones (the extension
 // point for rules on fields other changes add).
 func Setup(mgr ctrl.Manager, o Options, extra ...Rule) error {
+	if err := CheckImagePrefixes(o.AllowedImagePrefixes); err != nil {
+		return err
+	}
 	recorder := mgr.GetEventRecorder("database-operator-webhook")
 	v := &DatabaseValidator{
 		Recorder: recorder,
