@@ -8,6 +8,8 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -199,6 +201,32 @@ type Options struct {
 	// fails: a caller that keeps the Instance for later calls drops it
 	// then (a call that timed out leaves the connection unusable).
 	OnError func(error)
+	// TLS, when set, makes the connection use TLS and verify the server
+	// with it: no plain-text fallback. Its ServerName, when empty, is the
+	// endpoint's host. Nil keeps the drivers' defaults (see VerifyTLS).
+	TLS *tls.Config
+}
+
+// VerifyTLS is the TLS configuration that trusts only the CAs in caPEM
+// and checks that the server's certificate names serverName.
+func VerifyTLS(caPEM []byte, serverName string) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("no PEM certificate in the CA bundle")
+	}
+	return &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}, nil
+}
+
+// tlsFor is o.TLS for endpoint ep, nil when TLS is not asked for.
+func (o Options) tlsFor(ep Endpoint) *tls.Config {
+	if o.TLS == nil {
+		return nil
+	}
+	c := o.TLS.Clone()
+	if c.ServerName == "" {
+		c.ServerName = ep.Host
+	}
+	return c
 }
 
 // Open connects to an instance of the given engine. The Instance it

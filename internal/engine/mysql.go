@@ -210,6 +210,9 @@ func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, o
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = opts.ConnectTimeout, opts.WaitTimeout+5*time.Second, opts.WaitTimeout+5*time.Second
 	cfg.AllowNativePasswords = true
 	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
+	if c := opts.tlsFor(ep); c != nil {
+		cfg.TLS = c
+	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err

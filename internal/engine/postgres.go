@@ -35,6 +35,9 @@ func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Opti
 	cfg.ConnectTimeout = opts.ConnectTimeout
 	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
 	cfg.RuntimeParams["application_name"] = "database-operator"
+	if c := opts.tlsFor(ep); c != nil {
+		cfg.TLSConfig, cfg.Fallbacks = c, nil // verified TLS or nothing
+	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", ep, err)
