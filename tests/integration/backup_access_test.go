@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
-	"example.com/database-operator/internal/controller"
 )
 
 // TestBackupTargetsNeedSecretAccess: the confused deputy. Mallory may write
@@ -147,15 +146,5 @@ func grant(t testing.TB, ns, user string, rules ...rbacv1.PolicyRule) {
 // restrictedClient acts as user with only the RBAC granted to that name.
 func restrictedClient(t testing.TB, user string) client.Client {
 	t.Helper()
-	cfg := rest.CopyConfig(testEnv.cluster.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	scheme, err := controller.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
+	return clientAs(t, rest.ImpersonationConfig{UserName: user}, nil)
 }

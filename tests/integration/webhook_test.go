@@ -62,11 +62,22 @@ func (w *warnings) take() []string {
 // system:masters so that it may do anything) and its warnings.
 func userClient(t testing.TB, user string) (client.Client, *warnings) {
 	t.Helper()
-	cfg := rest.CopyConfig(testEnv.cluster.Config)
 	w := &warnings{}
-	cfg.WarningHandler = w
+	var as rest.ImpersonationConfig
 	if user != "" {
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
+		as = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters"}}
+	}
+	return clientAs(t, as, w), w
+}
+
+// clientAs returns a client acting as the impersonated user (the test's
+// own identity when as is empty), its warnings going to w (when set).
+func clientAs(t testing.TB, as rest.ImpersonationConfig, w rest.WarningHandler) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(testEnv.cluster.Config)
+	cfg.Impersonate = as
+	if w != nil {
+		cfg.WarningHandler = w
 	}
 	scheme, err := controller.NewScheme()
 	if err != nil {
@@ -76,7 +87,7 @@ func userClient(t testing.TB, user string) (client.Client, *warnings) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cl, w
+	return cl
 }
 
 // conflictBackoff outlasts the operator's own writes to a new Database
