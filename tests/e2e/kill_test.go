@@ -174,7 +174,10 @@ func TestAPIServerRestartedDuringFailover(t *testing.T) {
 }
 
 // restartAPIServerOnceUnhealthy restarts the API server (down for 10 s)
-// once the operator has seen the primary fail. It runs beside the test's
+// once the operator has seen the primary fail, then the scheduler, as a
+// control plane restarted as a whole would (left alone, its cache went
+// corrupt after a few API server restarts and it scheduled nothing more:
+// every later test's pods stayed Pending). It runs beside the test's
 // goroutine: it reports, never stops it.
 func restartAPIServerOnceUnhealthy(t testing.TB) func(db *dbv1.Database) {
 	return func(db *dbv1.Database) {
@@ -188,6 +191,9 @@ func restartAPIServerOnceUnhealthy(t testing.TB) func(db *dbv1.Database) {
 		}
 		if err := cluster.RestartAPIServer(context.Background(), 10*time.Second); err != nil {
 			t.Errorf("restarting the API server: %v", err)
+		}
+		if err := cluster.RestartScheduler(context.Background()); err != nil {
+			t.Errorf("restarting the scheduler: %v", err)
 		}
 	}
 }

@@ -76,6 +76,8 @@ type Cluster struct {
 
 	pki   *pki
 	procs []*process
+	// schedulerHealth is kube-scheduler's /healthz, for its restart.
+	schedulerHealth string
 }
 
 // Start starts the control plane and returns when it is ready: the API
@@ -215,6 +217,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}, nil); err != nil {
 		return c, err
 	}
+	c.schedulerHealth = fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort)
 	insecure := &tls.Config{InsecureSkipVerify: true} // self-signed in-memory health certificates
 	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
 		if err := waitFor(ctx, name+" /healthz", c.procs, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure)); err != nil {
@@ -284,29 +287,53 @@ func (c *Cluster) Stop() error {
 // plane), starts it again with the same flags and waits until it is ready.
 // etcd keeps every object.
 func (c *Cluster) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	np, err := c.restart("kube-apiserver", down)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "kube-apiserver /readyz after its restart", []*process{np}, func(ctx context.Context) error {
+		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err
+	})
+}
+
+// RestartScheduler restarts kube-scheduler and waits until it is healthy.
+// After API server restarts its cache can be left corrupted ("Pod updated
+// on a different node than previously added to. Scheduler cache is
+// corrupted"), and it then schedules nothing more: a control plane
+// restarted as a whole restarts it too.
+func (c *Cluster) RestartScheduler(ctx context.Context) error {
+	np, err := c.restart("kube-scheduler", 0)
+	if err != nil {
+		return err
+	}
+	return waitFor(ctx, "kube-scheduler /healthz after its restart", []*process{np},
+		httpOK(c.schedulerHealth, &tls.Config{InsecureSkipVerify: true})) // self-signed in-memory health certificate
+}
+
+// restart stops the named component, leaves it down for down and starts it
+// again with the same flags.
+func (c *Cluster) restart(name string, down time.Duration) (*process, error) {
 	for i, p := range c.procs {
-		if p.name != "kube-apiserver" {
+		if p.name != name {
 			continue
 		}
 		if err := p.stop(10 * time.Second); err != nil {
-			return err
+			return nil, err
 		}
 		time.Sleep(down)
 		np, err := startProcess(c.Dir, p.name, p.bin, p.args, p.env)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		c.procs[i] = np
-		cs, err := kubernetes.NewForConfig(c.Config)
-		if err != nil {
-			return err
-		}
-		return waitFor(ctx, "kube-apiserver /readyz after its restart", []*process{np}, func(ctx context.Context) error {
-			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-			return err
-		})
+		return np, nil
 	}
-	return fmt.Errorf("no kube-apiserver in this cluster")
+	return nil, fmt.Errorf("no %s in this cluster", name)
 }
 
 // Failed returns an error when a component has exited on its own.
