@@ -43,11 +43,7 @@ func (r *DatabaseReconciler) reconcileCertificates(ctx context.Context, db *dbv1
 	names := serverNames(db)
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: tlsSecretName(db)}
-	err = r.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only Secrets labelled as ours.
-		err = r.APIReader.Get(ctx, key, secret)
-	}
+	err = r.getSecret(ctx, key, secret)
 	exists := err == nil
 	switch {
 	case apierrors.IsNotFound(err):
@@ -99,11 +95,7 @@ func (r *DatabaseReconciler) reconcileCertificates(ctx context.Context, db *dbv1
 func (r *DatabaseReconciler) namespaceCA(ctx context.Context, db *dbv1.Database, now time.Time) (*pki.CA, []byte, error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: db.Namespace, Name: caSecretName}
-	err := r.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, secret)
-	}
-	switch {
+	switch err := r.getSecret(ctx, key, secret); {
 	case apierrors.IsNotFound(err):
 		ca, err := pki.NewCA("database-operator CA "+db.Namespace, now)
 		if err != nil {

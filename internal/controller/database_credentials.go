@@ -93,13 +93,7 @@ func (r *DatabaseReconciler) keepCredentials(ctx context.Context, db *dbv1.Datab
 // is none; created says it was made now.
 func (r *DatabaseReconciler) getOrCreateSecret(ctx context.Context, db *dbv1.Database, name string, immutable bool, data func(password string) map[string]string) (secret *corev1.Secret, created bool, err error) {
 	secret = &corev1.Secret{}
-	key := client.ObjectKey{Namespace: db.Namespace, Name: name}
-	err = r.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only Secrets labelled as ours: ask the API server
-		// before creating, so a foreign Secret of that name is noticed.
-		err = r.APIReader.Get(ctx, key, secret)
-	}
+	err = r.getSecret(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, secret)
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
@@ -129,6 +123,17 @@ func (r *DatabaseReconciler) getOrCreateSecret(ctx context.Context, db *dbv1.Dat
 		return nil, false, fmt.Errorf("creating Secret %s: %w", name, err)
 	}
 	return secret, true, nil
+}
+
+// getSecret reads a Secret from the cache, and from the API server when the
+// cache has none: the cache holds only Secrets labelled as ours, and a
+// foreign Secret of the name must be noticed before one is created.
+func (r *DatabaseReconciler) getSecret(ctx context.Context, key client.ObjectKey, secret *corev1.Secret) error {
+	err := r.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, secret)
+	}
+	return err
 }
 
 // instanceLabels are the labels of objects the Go code creates itself.
