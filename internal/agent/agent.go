@@ -22,6 +22,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -91,6 +93,10 @@ type Config struct {
 	// Server is the local server, Superuser the account the agent checks it with.
 	Server    engine.Endpoint
 	Superuser engine.Credentials
+	// TLSDir is the mounted certificate Secret (tls.crt, tls.key, ca.crt;
+	// empty: none). The agent reaches its server over TLS verified with
+	// the CA, and has the server reload a renewed certificate.
+	TLSDir string
 	// TopologyDir is the operator's topology ConfigMap, mounted: which pod
 	// is primary when the Lease cannot be read.
 	TopologyDir string
@@ -466,16 +472,65 @@ const checkInterval = time.Second
 // localServer checks the local server over a new connection each time: a
 // server whose PostgreSQL postmaster hangs still answers on a connection
 // it already has (its backend runs on), while it accepts no new client.
-type localServer struct{ cfg Config }
+type localServer struct {
+	cfg Config
+	// loaded is the certificate and key the server was last asked to
+	// load (their digest; empty until the first check).
+	loaded string
+}
 
 func (l *localServer) status(ctx context.Context) (engine.Status, error) {
-	inst, err := engine.Open(ctx, l.cfg.Engine, l.cfg.Server, l.cfg.Superuser,
-		engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second})
+	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second}
+	if l.cfg.TLSDir != "" {
+		// Read each time: the kubelet swaps the files when the CA changes.
+		ca, err := os.ReadFile(filepath.Join(l.cfg.TLSDir, "ca.crt"))
+		if err != nil {
+			return engine.Status{}, fmt.Errorf("reading the CA bundle: %w", err)
+		}
+		if opts.TLS, err = engine.VerifyTLS(ca, ""); err != nil {
+			return engine.Status{}, fmt.Errorf("%s: %w", filepath.Join(l.cfg.TLSDir, "ca.crt"), err)
+		}
+	}
+	inst, err := engine.Open(ctx, l.cfg.Engine, l.cfg.Server, l.cfg.Superuser, opts)
 	if err != nil {
 		return engine.Status{}, err
 	}
 	defer inst.Close()
+	l.reloadRenewed(ctx, inst)
 	return inst.Status(ctx)
+}
+
+// reloadRenewed has the server load its certificate and key again when
+// the files changed since it last did: the operator renews them in the
+// Secret before they expire, the kubelet rewrites the mounted files, and
+// the server keeps serving without a restart. The first check reloads
+// once too (the files may have changed while the server started). A
+// failed reload is tried again at the next check.
+func (l *localServer) reloadRenewed(ctx context.Context, inst engine.Instance) {
+	if l.cfg.TLSDir == "" {
+		return
+	}
+	h := sha256.New()
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		b, err := os.ReadFile(filepath.Join(l.cfg.TLSDir, f))
+		if err != nil {
+			l.cfg.Log.Error(err, "reading the server certificate")
+			return
+		}
+		h.Write(b)
+	}
+	digest := hex.EncodeToString(h.Sum(nil))
+	if digest == l.loaded {
+		return
+	}
+	if err := inst.ReloadTLS(ctx); err != nil {
+		l.cfg.Log.Error(err, "reloading the server certificate")
+		return
+	}
+	if l.loaded != "" {
+		l.cfg.Log.Info("server certificate reloaded: it was renewed", "digest", digest[:12])
+	}
+	l.loaded = digest
 }
 
 // guardLoop enforces the rule: a server that takes writes, or last did and

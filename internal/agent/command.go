@@ -66,6 +66,7 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		return fmt.Errorf("AGENT_PORT: %w", err)
 	}
 	cfg.Server = engine.Endpoint{Host: "127.0.0.1", Port: port}
+	cfg.TLSDir = os.Getenv("TLS_DIR")
 	if cfg.Engine == dbv1.EnginePostgreSQL {
 		cfg.Superuser = engine.Credentials{User: os.Getenv("POSTGRES_USER"), Password: os.Getenv("POSTGRES_PASSWORD")}
 	} else {

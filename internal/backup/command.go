@@ -21,6 +21,7 @@ func serverFlags(fs *flag.FlagSet, s *Server) {
 	fs.StringVar(&s.Host, "host", "", "server host")
 	fs.IntVar(&s.Port, "port", 0, "server port")
 	fs.StringVar(&s.User, "user", "", "superuser name")
+	fs.StringVar(&s.CAFile, "ca-file", "", "PEM CA bundle the server's certificate is verified with (TLS only, against --host)")
 }
 
 func (s *Server) complete() error {

@@ -28,9 +28,42 @@ type Server struct {
 	Port     int
 	User     string
 	Password string
+	// CAFile, when set, is the CA bundle the server's certificate is
+	// verified with, against Host: every connection is TLS, none plain.
+	CAFile string
 }
 
 func (s Server) endpoint() engine.Endpoint { return engine.Endpoint{Host: s.Host, Port: s.Port} }
+
+// open connects the engine layer to the server.
+func (s Server) open(ctx context.Context) (engine.Instance, error) {
+	var opts engine.Options
+	if s.CAFile != "" {
+		ca, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the CA bundle: %w", err)
+		}
+		if opts.TLS, err = engine.VerifyTLS(ca, ""); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.CAFile, err)
+		}
+	}
+	return engine.Open(ctx, s.Engine, s.endpoint(), engine.Credentials{User: s.User, Password: s.Password}, opts)
+}
+
+// mysqlConnArgs are a MySQL or MariaDB client tool's connection options:
+// TCP to Host, and with a CA the server verified against Host's name.
+// (PostgreSQL's tools take theirs from the environment: clientEnv.)
+func (s Server) mysqlConnArgs() []string {
+	args := []string{"--host=" + s.Host, "--port=" + strconv.Itoa(s.Port), "--user=" + s.User, "--protocol=tcp"}
+	switch {
+	case s.CAFile == "":
+	case s.Engine == dbv1.EngineMySQL:
+		args = append(args, "--ssl-mode=VERIFY_IDENTITY", "--ssl-ca="+s.CAFile)
+	default:
+		args = append(args, "--ssl", "--ssl-ca="+s.CAFile, "--ssl-verify-server-cert")
+	}
+	return args
+}
 
 // Options describe one backup.
 type Options struct {
@@ -105,7 +138,7 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	} else if len(existing) > 0 {
 		return nil, nil, fail(ReasonInvalid, "%s already holds a backup (%d files): give the new backup another name", o.Store.Location(dir), len(existing))
 	}
-	inst, err := engine.Open(ctx, o.Server.Engine, o.Server.endpoint(), engine.Credentials{User: o.Server.User, Password: o.Server.Password}, engine.Options{})
+	inst, err := o.Server.open(ctx)
 	if err != nil {
 		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
 	}
@@ -191,9 +224,9 @@ type dumpJob struct {
 // MySQL/MariaDB: one dump of every user schema in a single transaction, with
 // the GTID position it is consistent with.
 func dumpJobs(s Server, databases []string) []dumpJob {
-	host, port := "--host="+s.Host, "--port="+strconv.Itoa(s.Port)
 	switch s.Engine {
 	case dbv1.EnginePostgreSQL:
+		host, port := "--host="+s.Host, "--port="+strconv.Itoa(s.Port)
 		jobs := []dumpJob{{file: File{Name: "globals.sql", Kind: KindGlobals},
 			cmd: []string{"pg_dumpall", host, port, "--username=" + s.User, "--no-password", "--globals-only"}}}
 		for i, db := range databases {
@@ -205,15 +238,17 @@ func dumpJobs(s Server, databases []string) []dumpJob {
 		// --set-gtid-purged=OFF: with ON the dump turns binary logging off
 		// for its load, and the restored Database's replicas would never
 		// receive the data. The position is the one read before the dump.
-		cmd := []string{"mysqldump", host, port, "--user=" + s.User, "--protocol=tcp", "--single-transaction",
-			"--set-gtid-purged=OFF", "--source-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
+		cmd := append([]string{"mysqldump"}, s.mysqlConnArgs()...)
+		cmd = append(cmd, "--single-transaction",
+			"--set-gtid-purged=OFF", "--source-data=2", "--routines", "--triggers", "--events", "--hex-blob")
 		return []dumpJob{{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)}}
 	default:
 		// Accounts first (the mysql schema itself is not dumped: it holds
 		// the superuser, whose password is the restored Database's own).
-		users := []string{"mariadb-dump", host, port, "--user=" + s.User, "--protocol=tcp", "--system=users", "--insert-ignore"}
-		cmd := []string{"mariadb-dump", host, port, "--user=" + s.User, "--protocol=tcp", "--single-transaction",
-			"--gtid", "--master-data=2", "--routines", "--triggers", "--events", "--hex-blob"}
+		users := append([]string{"mariadb-dump"}, s.mysqlConnArgs()...)
+		users = append(users, "--system=users", "--insert-ignore")
+		cmd := append([]string{"mariadb-dump"}, s.mysqlConnArgs()...)
+		cmd = append(cmd, "--single-transaction", "--gtid", "--master-data=2", "--routines", "--triggers", "--events", "--hex-blob")
 		return []dumpJob{
 			{file: File{Name: "users.sql", Kind: KindUsers}, cmd: users},
 			{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)},
@@ -310,9 +345,14 @@ func classifyDump(stderr string) string {
 var connectionFailure = regexp.MustCompile(`(?i)connection (to server .* failed|refused)|could not connect|can't connect|got error: 20(0[0-9]|1[0-9]|4[0-9])|access denied|password authentication failed|no route to host|timed out`)
 
 // clientEnv passes the password to the client tools through the
-// environment, never on their command line.
+// environment, never on their command line, and has PostgreSQL's verify
+// the server (TLS, the CA's signature, the host's name).
 func clientEnv(s Server) []string {
-	return []string{"PATH=" + os.Getenv("PATH"), "PGPASSWORD=" + s.Password, "MYSQL_PWD=" + s.Password, "PGCONNECT_TIMEOUT=10", "LC_ALL=C"}
+	env := []string{"PATH=" + os.Getenv("PATH"), "PGPASSWORD=" + s.Password, "MYSQL_PWD=" + s.Password, "PGCONNECT_TIMEOUT=10", "LC_ALL=C"}
+	if s.CAFile != "" {
+		env = append(env, "PGSSLMODE=verify-full", "PGSSLROOTCERT="+s.CAFile)
+	}
+	return env
 }
 
 var mariaGTID = regexp.MustCompile(`(?m)^-- SET GLOBAL gtid_slave_pos\s*=\s*'([^']*)'`)

@@ -91,7 +91,7 @@ func Restore(ctx context.Context, o RestoreOptions) (*Manifest, error) {
 const ReasonNotEmpty = "TargetNotEmpty"
 
 func checkEmpty(ctx context.Context, s Server) error {
-	inst, err := engine.Open(ctx, s.Engine, s.endpoint(), engine.Credentials{User: s.User, Password: s.Password}, engine.Options{})
+	inst, err := s.open(ctx)
 	if err != nil {
 		return fail(ReasonDatabaseUnreachable, "%w", err)
 	}
@@ -168,7 +168,7 @@ func load(ctx context.Context, s Server, f File, local string) error {
 			return fail(ReasonLoadFailed, "%w", err)
 		}
 		stdin = bytes.NewReader(withoutAccounts(b, s.User, engine.ReplicationUser, "mariadb.sys"))
-		cmd = []string{"mariadb", host, port, "--user=" + s.User, "--protocol=tcp", "--binary-mode"}
+		cmd = append(append([]string{"mariadb"}, s.mysqlConnArgs()...), "--binary-mode")
 	case KindSQL:
 		client := "mariadb"
 		if s.Engine == "mysql" {
@@ -180,7 +180,7 @@ func load(ctx context.Context, s Server, f File, local string) error {
 		}
 		defer in.Close()
 		stdin = bufio.NewReaderSize(in, 1<<20)
-		cmd = []string{client, host, port, "--user=" + s.User, "--protocol=tcp", "--binary-mode"}
+		cmd = append(append([]string{client}, s.mysqlConnArgs()...), "--binary-mode")
 	default:
 		return fail(ReasonInvalid, "backup file %s has an unknown kind %q", f.Name, f.Kind)
 	}

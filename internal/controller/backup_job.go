@@ -145,6 +145,14 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 		{Name: "bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}, tp.volumes...)
+	if podServerName(db, req.instance) != "" {
+		// The server takes TLS only: the Job verifies it with the CA
+		// bundle (and nothing else of the certificate Secret: no key).
+		args = append(args, "--ca-file="+peerCAFile)
+		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: tlsMountPath, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: tlsSecretName(db), Items: []corev1.KeyToPath{{Key: keyCACert, Path: keyCACert}}, DefaultMode: ptr.To(int32(0o444))}}})
+	}
 	if req.component == componentRestore {
 		args = append(args, "--scratch="+jobScratchDir)
 		mounts = append(mounts, corev1.VolumeMount{Name: "scratch", MountPath: jobScratchDir})

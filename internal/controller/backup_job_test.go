@@ -59,6 +59,44 @@ func TestBuildBackupJobVolume(t *testing.T) {
 	}
 }
 
+// TestBuildJobVerifiesTheServer: against an instance that serves the
+// Database's certificate, the Job verifies it with the CA bundle, mounted
+// alone (never the server's key), by the host name the Job connects to.
+func TestBuildJobVerifiesTheServer(t *testing.T) {
+	db, pod := backupTestDB()
+	pod.Spec.Hostname, pod.Spec.Subdomain = "orders-1", "orders-headless"
+	pod.Spec.Volumes = []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "orders-tls"}}}}
+	if got := podServerName(db, pod); got != "orders-1.orders-headless.prod.svc" {
+		t.Errorf("podServerName %q", got)
+	}
+	job, err := buildJob(jobRequest{name: "b1", component: componentBackup, db: db, instance: pod, deadline: 600}, "operator:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := job.Spec.Template.Spec
+	if args := strings.Join(spec.Containers[0].Args, " "); !strings.Contains(args, "--host=orders-1.orders-headless.prod.svc ") || !strings.Contains(args, "--ca-file=/etc/database-operator/tls/ca.crt") {
+		t.Errorf("args %s", args)
+	}
+	var tlsVolume *corev1.Volume
+	for i := range spec.Volumes {
+		if spec.Volumes[i].Name == "tls" {
+			tlsVolume = &spec.Volumes[i]
+		}
+	}
+	if tlsVolume == nil || tlsVolume.Secret.SecretName != "orders-tls" || len(tlsVolume.Secret.Items) != 1 || tlsVolume.Secret.Items[0].Key != "ca.crt" {
+		t.Errorf("the CA volume %+v: want ca.crt of orders-tls alone", tlsVolume)
+	}
+	// A pod started before its Database had a certificate serves plain
+	// text until it is rolled: no CA is asked for.
+	pod.Spec.Volumes = nil
+	if got := podServerName(db, pod); got != "" {
+		t.Errorf("podServerName of a pod without the certificate %q", got)
+	}
+	if job, _ := buildJob(jobRequest{name: "b1", component: componentBackup, db: db, instance: pod, deadline: 600}, "operator:v1"); strings.Contains(strings.Join(job.Spec.Template.Spec.Containers[0].Args, " "), "--ca-file") {
+		t.Error("a CA asked of a server without a certificate")
+	}
+}
+
 func TestBuildRestoreJobS3(t *testing.T) {
 	db, pod := backupTestDB()
 	target := dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.internal:9000", Bucket: "backups", Prefix: "team", Region: "eu-1", ForcePathStyle: true,

@@ -197,8 +197,18 @@ func (r *DatabaseReconciler) keepAccount(ctx context.Context, db *dbv1.Database,
 // A Secret of that name that is not this Database's is left alone and
 // reported.
 func (r *DatabaseReconciler) appSecret(ctx context.Context, db *dbv1.Database) (*corev1.Secret, error) {
+	// The CA bundle goes in from the start (the Certificates phase keeps
+	// it current afterwards), so a client verifies its server at once.
+	tlsSecret := &corev1.Secret{}
+	if err := r.getSecret(ctx, client.ObjectKey{Namespace: db.Namespace, Name: tlsSecretName(db)}, tlsSecret); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading Secret %s: %w", tlsSecretName(db), err)
+	}
 	secret, created, err := r.getOrCreateSecret(ctx, db, appSecretName(db), false, func(password string) map[string]string {
-		return appSecretData(db, password)
+		data := appSecretData(db, password)
+		if ca := tlsSecret.Data[keyCACert]; len(ca) > 0 {
+			data[keyCACert] = string(ca)
+		}
+		return data
 	})
 	if err != nil || created {
 		return nil, err

@@ -26,6 +26,14 @@ const (
 	keyPreviousCA = "previous-ca.crt"
 )
 
+// tlsMountPath is where the database container mounts the certificate
+// Secret: the servers read their certificate and key there, and replicas
+// (and the start scripts' clients) the CA that verifies their primary.
+const tlsMountPath = "/etc/database-operator/tls"
+
+// peerCAFile is the CA bundle in the database container.
+const peerCAFile = tlsMountPath + "/" + keyCACert
+
 // tlsSecretName is the Secret with a Database's server certificate, key
 // and the CA bundle (kubernetes.io/tls: tls.crt, tls.key, ca.crt).
 func tlsSecretName(db *dbv1.Database) string { return db.Name + "-tls" }
@@ -55,7 +63,7 @@ func (r *DatabaseReconciler) reconcileCertificates(ctx context.Context, db *dbv1
 	why := pki.Due(secret.Data[corev1.TLSCertKey], ca, names, now)
 	if why == "" {
 		if string(secret.Data[keyCACert]) == string(bundle) {
-			return nil
+			return r.keepAppCA(ctx, db, bundle)
 		}
 		why = "the CA bundle changed"
 	}
@@ -84,6 +92,32 @@ func (r *DatabaseReconciler) reconcileCertificates(ctx context.Context, db *dbv1
 	}
 	log.FromContext(ctx).Info("server certificate written", "secret", key.Name, "why", why)
 	r.event(db, corev1.EventTypeNormal, "CertificateIssued", "Issue", "Server certificate in Secret %s: %s", key.Name, why)
+	return r.keepAppCA(ctx, db, bundle)
+}
+
+// keepAppCA puts the CA bundle into the application Secret (ca.crt), so
+// applications verify the server they connect to (sslmode=verify-full,
+// --ssl-verify-server-cert) with what they already mount. Until the
+// Accounts phase has made that Secret there is nothing to do; its watch
+// brings the reconcile that fills it in.
+func (r *DatabaseReconciler) keepAppCA(ctx context.Context, db *dbv1.Database, bundle []byte) error {
+	app := &corev1.Secret{}
+	switch err := r.getSecret(ctx, client.ObjectKey{Namespace: db.Namespace, Name: appSecretName(db)}, app); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading Secret %s: %w", appSecretName(db), err)
+	case !metav1.IsControlledBy(app, db), string(app.Data[keyCACert]) == string(bundle):
+		return nil
+	}
+	patch := client.MergeFrom(app.DeepCopy())
+	if app.Data == nil {
+		app.Data = map[string][]byte{}
+	}
+	app.Data[keyCACert] = bundle
+	if err := r.Patch(ctx, app, patch, client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("writing the CA bundle into Secret %s: %w", app.Name, err)
+	}
 	return nil
 }
 

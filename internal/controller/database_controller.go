@@ -115,7 +115,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	for _, p := range []phase{
 		{"Credentials", r.reconcileCredentials, true},
-		{"Certificates", r.reconcileCertificates, false},
+		{"Certificates", r.reconcileCertificates, true}, // the pods mount the certificate
 		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
 		{"Observe", r.observeStatefulSet, true},

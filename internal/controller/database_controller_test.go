@@ -119,6 +119,18 @@ func TestReconcileWithFakeClient(t *testing.T) {
 		t.Errorf("replication Secret: user %q, %d-byte password, immutable %v, owners %v", u, len(repl.Data[corev1.BasicAuthPasswordKey]), repl.Immutable, repl.OwnerReferences)
 	}
 
+	// Applications verify the server with the CA bundle from their Secret.
+	tlsSecret, app := &corev1.Secret{}, &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-tls"}, tlsSecret); err != nil {
+		t.Fatalf("certificate Secret: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-app"}, app); err != nil {
+		t.Fatalf("application Secret: %v", err)
+	}
+	if ca := app.Data["ca.crt"]; len(ca) == 0 || string(ca) != string(tlsSecret.Data["ca.crt"]) {
+		t.Errorf("the application Secret's ca.crt (%d bytes) is not the certificate's CA bundle", len(ca))
+	}
+
 	writes = 0
 	if _, err := r.Reconcile(ctx, req); err != nil {
 		t.Fatal(err)

@@ -47,8 +47,50 @@ func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database, 
 	return engine.Credentials{User: string(s.Data[corev1.BasicAuthUsernameKey]), Password: string(s.Data[corev1.BasicAuthPasswordKey])}, nil
 }
 
+// endpoint is where pod's server listens and, when the pod mounts its
+// Database's certificate, the name that certificate carries.
 func (c *InstanceConnector) endpoint(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (engine.Endpoint, error) {
-	return c.Resolve(ctx, pod, int(enginePort(db.Spec.Engine)))
+	ep, err := c.Resolve(ctx, pod, int(enginePort(db.Spec.Engine)))
+	if err != nil {
+		return ep, err
+	}
+	ep.ServerName = podServerName(db, pod)
+	return ep, nil
+}
+
+// podServerName is the DNS name of pod under the headless Service, which
+// the server certificate names (a wildcard), or "" when the pod does not
+// mount the certificate: it started before its Database had one and
+// serves plain text until it is rolled.
+func podServerName(db *dbv1.Database, pod *corev1.Pod) string {
+	if pod.Spec.Hostname == "" || pod.Spec.Subdomain == "" {
+		return ""
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == tlsSecretName(db) {
+			return pod.Spec.Hostname + "." + pod.Spec.Subdomain + "." + pod.Namespace + ".svc"
+		}
+	}
+	return ""
+}
+
+// tlsOptions has a connection to ep verify the server with the CA bundle
+// of db's certificate Secret, and replicas verify their primary with the
+// bundle mounted beside them; a server without a certificate gets none.
+func (c *InstanceConnector) tlsOptions(ctx context.Context, db *dbv1.Database, ep engine.Endpoint, opts *engine.Options) error {
+	if ep.ServerName == "" {
+		return nil
+	}
+	s := &corev1.Secret{}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: tlsSecretName(db)}, s); err != nil {
+		return fmt.Errorf("reading the CA bundle from Secret %s: %w", tlsSecretName(db), err)
+	}
+	cfg, err := engine.VerifyTLS(s.Data[keyCACert], "")
+	if err != nil {
+		return fmt.Errorf("Secret %s: %w", tlsSecretName(db), err)
+	}
+	opts.TLS, opts.PeerCAFile = cfg, peerCAFile
+	return nil
 }
 
 func (c *InstanceConnector) open(ctx context.Context, db *dbv1.Database, pod *corev1.Pod, creds engine.Credentials, onError func(error)) (engine.Instance, error) {
@@ -64,7 +106,11 @@ func (c *InstanceConnector) open(ctx context.Context, db *dbv1.Database, pod *co
 	if dial == nil {
 		dial = engine.Open
 	}
-	return dial(ctx, db.Spec.Engine, ep, creds, engine.Options{ConnectTimeout: timeout, OnError: onError})
+	opts := engine.Options{ConnectTimeout: timeout, OnError: onError}
+	if err := c.tlsOptions(ctx, db, ep, &opts); err != nil {
+		return nil, err
+	}
+	return dial(ctx, db.Spec.Engine, ep, creds, opts)
 }
 
 // instanceSet is one reconcile's connections to its Database's servers,

@@ -112,7 +112,7 @@ func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
 	// A standby whose receiver is down reports no source; re-pointing it
 	// is harmless when it was right, and heals it when it was not.
 	why := fmt.Sprintf("%s replicated from %q", pod.Name, st.Source)
-	if st.Source == p.primaryEP.String() {
+	if p.primaryEP.Is(st.Source) {
 		if st.SourceLost != "" {
 			p.rebuild(pod, "Rebuild", "ReplicaCannotCatchUp", fmt.Sprintf("%s can never catch up with %s, which no longer holds what it needs next (%s)",
 				pod.Name, p.primaryPod.Name, st.SourceLost))

@@ -164,7 +164,7 @@ func (r *DatabaseReconciler) rolloutTarget(ctx context.Context, obs *observed, p
 		}
 		reached++
 		st, err := inst.Status(ctx)
-		if err != nil || st.Role != engine.RoleReplica || !st.Streaming || st.SourceLost != "" || st.Source != primaryEP.String() {
+		if err != nil || st.Role != engine.RoleReplica || !st.Streaming || st.SourceLost != "" || !primaryEP.Is(st.Source) {
 			continue
 		}
 		if best == nil {

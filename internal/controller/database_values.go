@@ -121,6 +121,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"resources":         resourceValues(db.Spec.Resources),
 		"credentialsSecret": credentialsSecretName(db),
 		"replicationSecret": replicationSecretName(db),
+		"tls":               map[string]any{"secretName": tlsSecretName(db), "mountPath": tlsMountPath},
 		"operatorNamespace": opts.OperatorNamespace,
 		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
 		"agentImage":        opts.OperatorImage,

@@ -33,7 +33,8 @@ func TestChartValues(t *testing.T) {
 		return map[string]any{
 			"engine": engine, "version": version, "image": "", "replicas": int64(1),
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
-			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication", "operatorNamespace": "",
+			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication",
+			"tls": map[string]any{"secretName": "orders-tls", "mountPath": "/etc/database-operator/tls"}, "operatorNamespace": "",
 			"networkPolicy": map[string]any{"enabled": true}, "agentImage": "",
 			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
 			"parameters":  map[string]any{}, "restartParameters": map[string]any{},

@@ -78,6 +78,12 @@ func (b bounded) Follow(ctx context.Context, primary Endpoint, replication Crede
 	return b.done(b.Instance.Follow(ctx, primary, replication))
 }
 
+func (b bounded) ReloadTLS(ctx context.Context) error {
+	ctx, cancel := within(ctx, b.call)
+	defer cancel()
+	return b.done(b.Instance.ReloadTLS(ctx))
+}
+
 func (b bounded) WaitApplied(ctx context.Context) error {
 	ctx, cancel := within(ctx, b.wait)
 	defer cancel()

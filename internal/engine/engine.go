@@ -33,9 +33,28 @@ const (
 type Endpoint struct {
 	Host string
 	Port int
+	// ServerName is the name the server's certificate is checked against
+	// (the pod's DNS name under the headless Service, which its
+	// certificate carries; a pod IP is in none): empty means Host. A
+	// replica verifying its primary connects by this name.
+	ServerName string
 }
 
 func (e Endpoint) String() string { return net.JoinHostPort(e.Host, strconv.Itoa(e.Port)) }
+
+// Is tells whether source, a replica's Status.Source, is this endpoint,
+// by address or by the server name it follows it with.
+func (e Endpoint) Is(source string) bool {
+	return source == e.String() || (e.ServerName != "" && source == net.JoinHostPort(e.ServerName, strconv.Itoa(e.Port)))
+}
+
+// name is what a client verifying the server connects by.
+func (e Endpoint) name() string {
+	if e.ServerName != "" {
+		return e.ServerName
+	}
+	return e.Host
+}
 
 // Credentials are the superuser's, from the Secret the operator generates.
 // They are never logged: Credentials has no String method that shows them.
@@ -170,6 +189,11 @@ type Instance interface {
 	// DropSlot drops one replication slot (a lost one, once its replica's
 	// rebuild is recorded); a slot that is not there is no error.
 	DropSlot(ctx context.Context, name string) error
+	// ReloadTLS has the server read its certificate and key files again
+	// (renewed in its mounted Secret), without a restart: PostgreSQL
+	// reloads its configuration, MySQL and MariaDB reload their TLS
+	// context. Open connections keep the certificate they began with.
+	ReloadTLS(ctx context.Context) error
 }
 
 // Slots is what KeepSlots changed and found.
@@ -203,8 +227,16 @@ type Options struct {
 	OnError func(error)
 	// TLS, when set, makes the connection use TLS and verify the server
 	// with it: no plain-text fallback. Its ServerName, when empty, is the
-	// endpoint's host. Nil keeps the drivers' defaults (see VerifyTLS).
+	// endpoint's (see Endpoint.ServerName). Nil keeps the drivers'
+	// defaults (see VerifyTLS).
 	TLS *tls.Config
+	// PeerCAFile is the CA bundle's path on the instance's own filesystem
+	// (its mounted certificate Secret). When set, and the primary's
+	// Endpoint has a ServerName (it serves a certificate), Follow has the
+	// replica verify its primary with it, by that name, and refuse plain
+	// text. Otherwise replication stays plain: a pod started before its
+	// Database had certificates, until it is rolled.
+	PeerCAFile string
 }
 
 // VerifyTLS is the TLS configuration that trusts only the CAs in caPEM
@@ -224,7 +256,7 @@ func (o Options) tlsFor(ep Endpoint) *tls.Config {
 	}
 	c := o.TLS.Clone()
 	if c.ServerName == "" {
-		c.ServerName = ep.Host
+		c.ServerName = ep.name()
 	}
 	return c
 }

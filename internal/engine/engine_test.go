@@ -92,7 +92,7 @@ func TestCompareMySQLGTIDSet(t *testing.T) {
 // the statements a failover sends, in order, with values quoted.
 func TestMySQLStatements(t *testing.T) {
 	d := mysqlDialect{}
-	follow := d.follow(Endpoint{Host: "db-1.db-headless", Port: 3306}, Credentials{User: "repl", Password: "it's\\secret"})
+	follow := d.follow(Endpoint{Host: "db-1.db-headless", Port: 3306}, Credentials{User: "repl", Password: "it's\\secret"}, "")
 	want := []string{
 		"STOP REPLICA",
 		"SET GLOBAL super_read_only = ON",
@@ -101,6 +101,12 @@ func TestMySQLStatements(t *testing.T) {
 	}
 	if fmt.Sprint(follow) != fmt.Sprint(want) {
 		t.Errorf("follow:\n got %q\nwant %q", follow, want)
+	}
+	// With the CA, the source is verified by its name, not its address,
+	// and no public key is taken on trust.
+	tlsFollow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "repl", Password: "x"}, "/tls/ca.crt")
+	if want := `CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'db-1.db-headless.ns.svc', SOURCE_PORT = 3306, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'x', SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, SOURCE_SSL = 1, SOURCE_SSL_CA = '/tls/ca.crt', SOURCE_SSL_VERIFY_SERVER_CERT = 1`; tlsFollow[2] != want {
+		t.Errorf("follow with TLS:\n got %q\nwant %q", tlsFollow[2], want)
 	}
 	if got := append(d.promote(), d.unfence()...); fmt.Sprint(got) != fmt.Sprint([]string{"STOP REPLICA", "RESET REPLICA ALL", "SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF"}) {
 		t.Errorf("promote: %q", got)
@@ -121,9 +127,13 @@ func TestMySQLStatements(t *testing.T) {
 
 func TestMariaDBStatements(t *testing.T) {
 	d := mariadbDialect{}
-	follow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306}, Credentials{User: "root", Password: "pw"})
-	if follow[2] != "CHANGE MASTER TO MASTER_HOST = '10.0.0.7', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_PASSWORD = 'pw', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1" {
+	follow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306}, Credentials{User: "root", Password: "pw"}, "")
+	if follow[2] != "CHANGE MASTER TO MASTER_HOST = '10.0.0.7', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_PASSWORD = 'pw', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_SSL = 0" {
 		t.Errorf("follow: %s", follow[2])
+	}
+	tlsFollow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "root", Password: "pw"}, "/tls/ca.crt")
+	if tlsFollow[2] != "CHANGE MASTER TO MASTER_HOST = 'db-1.db-headless.ns.svc', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_PASSWORD = 'pw', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_SSL = 1, MASTER_SSL_CA = '/tls/ca.crt', MASTER_SSL_VERIFY_SERVER_CERT = 1" {
+		t.Errorf("follow with TLS: %s", tlsFollow[2])
 	}
 	if got := redact(follow[2]); strings.Contains(got, "'pw'") || !strings.Contains(got, "MASTER_USE_GTID") {
 		t.Errorf("redact: %s", got)

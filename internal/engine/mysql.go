@@ -34,7 +34,9 @@ type dialect interface {
 	// account creates or updates an application account and its database.
 	account(a Account) []string
 	promote() []string
-	follow(primary Endpoint, repl Credentials) []string
+	// follow re-points a replica; with peerCA it verifies the primary's
+	// certificate by its name and refuses plain text.
+	follow(primary Endpoint, repl Credentials, peerCA string) []string
 	// attachFormerPrimary runs before a former primary's first CHANGE
 	// MASTER/SOURCE, with replication stopped.
 	attachFormerPrimary() []string
@@ -103,12 +105,19 @@ func (mysqlDialect) promote() []string { return []string{"STOP REPLICA", "RESET 
 // configuration (synchronous replication), the primary side by Promote.
 func (mysqlDialect) semiSyncReplicaVar() string { return "rpl_semi_sync_replica_enabled" }
 func (mysqlDialect) semiSyncPrimaryVar() string { return "rpl_semi_sync_source_enabled" }
-func (mysqlDialect) follow(p Endpoint, c Credentials) []string {
+func (mysqlDialect) follow(p Endpoint, c Credentials, peerCA string) []string {
+	// Without TLS the caching_sha2 password exchange needs the source's
+	// RSA key, taken on trust; with TLS the password goes over the
+	// verified channel and no key is fetched.
+	host, security := p.Host, ", GET_SOURCE_PUBLIC_KEY = 1"
+	if peerCA != "" {
+		host, security = p.name(), ", SOURCE_SSL = 1, SOURCE_SSL_CA = "+mysqlLiteral(peerCA)+", SOURCE_SSL_VERIFY_SERVER_CERT = 1"
+	}
 	return []string{
 		"STOP REPLICA",
 		"SET GLOBAL super_read_only = ON",
-		fmt.Sprintf("CHANGE REPLICATION SOURCE TO SOURCE_HOST = %s, SOURCE_PORT = %d, SOURCE_USER = %s, SOURCE_PASSWORD = %s, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1",
-			mysqlLiteral(p.Host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password)),
+		fmt.Sprintf("CHANGE REPLICATION SOURCE TO SOURCE_HOST = %s, SOURCE_PORT = %d, SOURCE_USER = %s, SOURCE_PASSWORD = %s, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1%s",
+			mysqlLiteral(host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password), security),
 		"START REPLICA",
 	}
 }
@@ -159,12 +168,17 @@ func (mariadbDialect) unfence() []string          { return []string{"SET GLOBAL 
 func (mariadbDialect) promote() []string          { return []string{"STOP SLAVE", "RESET SLAVE ALL"} }
 func (mariadbDialect) semiSyncReplicaVar() string { return "rpl_semi_sync_slave_enabled" }
 func (mariadbDialect) semiSyncPrimaryVar() string { return "rpl_semi_sync_master_enabled" }
-func (mariadbDialect) follow(p Endpoint, c Credentials) []string {
+func (mariadbDialect) follow(p Endpoint, c Credentials, peerCA string) []string {
+	// MASTER_SSL = 0 undoes a TLS setting kept from an earlier CHANGE MASTER.
+	host, security := p.Host, ", MASTER_SSL = 0"
+	if peerCA != "" {
+		host, security = p.name(), ", MASTER_SSL = 1, MASTER_SSL_CA = "+mysqlLiteral(peerCA)+", MASTER_SSL_VERIFY_SERVER_CERT = 1"
+	}
 	return []string{
 		"STOP SLAVE",
 		"SET GLOBAL read_only = ON",
-		fmt.Sprintf("CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %d, MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
-			mysqlLiteral(p.Host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password)),
+		fmt.Sprintf("CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %d, MASTER_USER = %s, MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1%s",
+			mysqlLiteral(host), p.Port, mysqlLiteral(c.User), mysqlLiteral(c.Password), security),
 		"START SLAVE",
 	}
 }
@@ -195,9 +209,10 @@ func mysqlLiteral(s string) string {
 }
 
 type mysqlFamily struct {
-	db *sql.DB
-	d  dialect
-	ep Endpoint
+	db     *sql.DB
+	d      dialect
+	ep     Endpoint
+	peerCA string // Options.PeerCAFile
 }
 
 func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, opts Options) (*mysqlFamily, error) {
@@ -223,7 +238,7 @@ func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, o
 		db.Close()
 		return nil, fmt.Errorf("connecting to %s at %s: %w", d.name(), ep, err)
 	}
-	return &mysqlFamily{db: db, d: d, ep: ep}, nil
+	return &mysqlFamily{db: db, d: d, ep: ep, peerCA: opts.PeerCAFile}, nil
 }
 
 func (m *mysqlFamily) Close() error { return m.db.Close() }
@@ -385,7 +400,11 @@ func (m *mysqlFamily) Follow(ctx context.Context, primary Endpoint, repl Credent
 	if err := m.semiSyncPrimary(ctx, false); err != nil {
 		return err
 	}
-	stmts := m.d.follow(primary, repl)
+	peerCA := m.peerCA
+	if primary.ServerName == "" {
+		peerCA = "" // the primary serves no certificate yet
+	}
+	stmts := m.d.follow(primary, repl, peerCA)
 	if len(row) == 0 {
 		// A former primary: it has never replicated, or not since it was
 		// promoted, so its replication position must start from its own data.
@@ -424,6 +443,19 @@ func (m *mysqlFamily) KeepSlots(context.Context, string, []string) (Slots, error
 }
 
 func (m *mysqlFamily) DropSlot(context.Context, string) error { return nil }
+
+// ReloadTLS reloads the server's TLS context from its certificate files
+// (MariaDB 10.4 and later: FLUSH SSL; MySQL 8: ALTER INSTANCE, which is
+// not logged). Never into the binary log: a FLUSH logged on a replica is
+// a transaction of its own, and with strict GTIDs the primary's next one
+// then stops its replication.
+func (m *mysqlFamily) ReloadTLS(ctx context.Context) error {
+	stmt := "ALTER INSTANCE RELOAD TLS"
+	if _, ok := m.d.(mariadbDialect); ok {
+		stmt = "FLUSH NO_WRITE_TO_BINLOG SSL"
+	}
+	return m.exec(ctx, []string{stmt})
+}
 
 func (m *mysqlFamily) ForkPoint(context.Context, uint32) (Position, bool, error) {
 	return Position{}, false, ErrNoTimelines

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +22,9 @@ import (
 var ErrNotInRecovery = errors.New("instance is a primary, not a standby: restart it as a standby (pg_rewind) to follow another primary")
 
 type postgres struct {
-	conn *pgx.Conn
-	ep   Endpoint
+	conn   *pgx.Conn
+	ep     Endpoint
+	peerCA string // Options.PeerCAFile
 }
 
 func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Options) (*postgres, error) {
@@ -42,7 +44,7 @@ func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Opti
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", ep, err)
 	}
-	return &postgres{conn: conn, ep: ep}, nil
+	return &postgres{conn: conn, ep: ep, peerCA: opts.PeerCAFile}, nil
 }
 
 func (p *postgres) Close() error { return p.conn.Close(context.Background()) }
@@ -275,6 +277,15 @@ func (p *postgres) Follow(ctx context.Context, primary Endpoint, repl Credential
 	// (PGPASSFILE, which the start script writes and the server inherits).
 	conninfo := fmt.Sprintf("host=%s port=%d user=%s application_name=%s",
 		conninfoValue(primary.Host), primary.Port, conninfoValue(repl.User), conninfoValue(p.applicationName()))
+	if p.peerCA != "" && primary.ServerName != "" {
+		// verify-full checks the certificate against host: the primary's
+		// name, while hostaddr (when it is an address) is where to connect.
+		conninfo = fmt.Sprintf("host=%s port=%d user=%s application_name=%s sslmode=verify-full sslrootcert=%s",
+			conninfoValue(primary.name()), primary.Port, conninfoValue(repl.User), conninfoValue(p.applicationName()), conninfoValue(p.peerCA))
+		if primary.ServerName != "" && net.ParseIP(primary.Host) != nil {
+			conninfo += " hostaddr=" + conninfoValue(primary.Host)
+		}
+	}
 	// ALTER SYSTEM takes no parameters: quote the value as a literal.
 	if _, err := p.conn.Exec(ctx, `ALTER SYSTEM SET primary_conninfo = `+sqlLiteral(conninfo)); err != nil {
 		return fmt.Errorf("PostgreSQL %s: setting primary_conninfo: %w", p.ep, err)
@@ -283,6 +294,15 @@ func (p *postgres) Follow(ctx context.Context, primary Endpoint, repl Credential
 	// the new primary's timeline; primary_conninfo reloads without a restart.
 	if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
 		return fmt.Errorf("PostgreSQL %s: reloading configuration: %w", p.ep, err)
+	}
+	return nil
+}
+
+// ReloadTLS reloads the configuration, which reads ssl_cert_file and
+// ssl_key_file again.
+func (p *postgres) ReloadTLS(ctx context.Context) error {
+	if _, err := p.conn.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		return fmt.Errorf("PostgreSQL %s: reloading the certificate: %w", p.ep, err)
 	}
 	return nil
 }

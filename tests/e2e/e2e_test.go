@@ -73,6 +73,7 @@ func TestPostgresOnRealPods(t *testing.T) {
 		t.Errorf("-ro reached a server in recovery %v (%v): want the replica", inRecovery, err)
 	}
 	t.Run("kubectl logs, exec and port-forward", func(t *testing.T) { kubectlReachesPod(t, db, user, password) })
+	t.Run("TLS only, verified, renewed in place", func(t *testing.T) { checkTLS(t, db) })
 	// The operator points the replica at the primary (primary_conninfo):
 	// PostgreSQL logs that setting's value on reload, so it must not hold
 	// the password.
@@ -257,6 +258,7 @@ func TestMariaDBOnRealPods(t *testing.T) {
 	if err := ro.QueryRow("SELECT @@read_only").Scan(&readOnly); err != nil || readOnly != 1 {
 		t.Errorf("-ro reached a server with read_only=%d (%v): want the read-only replica", readOnly, err)
 	}
+	t.Run("TLS only, verified, renewed in place", func(t *testing.T) { checkTLS(t, db) })
 	for _, pod := range []string{db.Name + "-0", db.Name + "-1"} {
 		claim := claimDir(t, db.Namespace, "data-"+pod)
 		if _, err := os.Stat(filepath.Join(claim, "data", "mysql")); err != nil {
@@ -509,23 +511,36 @@ func pgConnect(ctx context.Context, host string, port int, user, password string
 	}
 	cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(port), user, password, "postgres"
 	cfg.ConnectTimeout = timeout
+	cfg.TLSConfig, cfg.Fallbacks = pgTLS(), nil
 	return pgx.ConnectConfig(ctx, cfg)
 }
 
-// mariaDBConfig is a client configuration for host:3306 as user.
+// pgTLS is the test clients' TLS for PostgreSQL: see mariaDBConfig.
+// (ParseConfig("") leaves TLS off: its first host is the local socket.)
+func pgTLS() *tls.Config {
+	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec // test plumbing; checkTLS verifies
+}
+
+// mariaDBConfig is a client configuration for host:3306 as user. The
+// servers take TLS only; these clients reach pods and Services by address
+// and do not check the certificate (as pgx's default sslmode=prefer does
+// not): checkTLS is where clients verify it, as applications do.
 func mariaDBConfig(host, user, password string) *mysql.Config {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = user, password, "tcp", net.JoinHostPort(host, "3306")
+	cfg.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // test plumbing; checkTLS verifies
 	return cfg
 }
 
 // openMariaDB opens a pool from cfg, closed when the test ends.
 func openMariaDB(t testing.TB, cfg *mysql.Config) *sql.DB {
 	t.Helper()
-	c, err := sql.Open("mysql", cfg.FormatDSN())
+	// A connector, not a DSN: a DSN cannot carry a *tls.Config.
+	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := sql.OpenDB(connector)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

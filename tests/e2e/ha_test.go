@@ -71,6 +71,7 @@ func (d dialect) open(t testing.TB, host, user, password, database string) *sql.
 		}
 		cfg.Host, cfg.Port, cfg.User, cfg.Password, cfg.Database = host, uint16(d.port), user, password, database
 		cfg.ConnectTimeout = 3 * time.Second
+		cfg.TLSConfig, cfg.Fallbacks = pgTLS(), nil
 		c = stdlib.OpenDB(*cfg)
 		t.Cleanup(func() { _ = c.Close() })
 	} else {

@@ -206,3 +206,52 @@ func TestMariaDBSourceLost(t *testing.T) {
 		t.Errorf("SourceLost %q, want the server's error 1236", st.SourceLost)
 	}
 }
+
+// TestMariaDBReloadTLSWritesNoTransaction: the agent reloads a renewed
+// certificate on every instance, replicas included. The reload must not
+// reach the binary log: a replica's logged FLUSH is a transaction of its
+// own (its server id), and with strict GTIDs the primary's next
+// transaction then stops its replication (found on real pods: FLUSH SSL).
+func TestMariaDBReloadTLSWritesNoTransaction(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := testservers.StartMariaDBPrimary(t)
+	r := p.StartReplica(t)
+	replica := r.Instance(t)
+	db, err := r.DB(ctx, "root", testservers.MariaDBRootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	pos := func() string {
+		var v string
+		if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_binlog_pos").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before := pos()
+	if err := replica.ReloadTLS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := pos(); after != before {
+		t.Fatalf("reloading TLS wrote a transaction on the replica: gtid_binlog_pos %q, was %q", after, before)
+	}
+	// And replication goes on.
+	for _, stmt := range []string{"CREATE DATABASE reload", "CREATE TABLE reload.t (i INT PRIMARY KEY)", "INSERT INTO reload.t VALUES (1)"} {
+		if err := p.RootExec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; ; i++ {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM reload.t").Scan(&n); err == nil && n == 1 {
+			break
+		}
+		if i > 100 {
+			st, err := replica.Status(ctx)
+			t.Fatalf("the row did not reach the replica: %+v (%v)", st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

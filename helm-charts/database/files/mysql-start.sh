@@ -23,7 +23,10 @@
 # "primary", keys "rebuild-<pod>" with a token), PRIMARY_HOST/PRIMARY_PORT
 # (override the primary's address; tests use them), MYSQLD_OPTS (options
 # put first on every server and initializer command line),
-# SYNCHRONOUS_REPLICAS (above 0: the primary starts semi-synchronous).
+# SYNCHRONOUS_REPLICAS (above 0: the primary starts semi-synchronous),
+# TLS_DIR (the mounted certificate Secret: tls.crt, tls.key, ca.crt; when
+# set, the clone and the replication stream are TLS, the primary verified
+# against its name).
 set -eu
 
 : "${ENGINE:?}" "${POD_NAME:?}" "${DATADIR:?}" "${ROOT_PASSWORD:?}" "${REPLICATION_USER:?}" "${REPLICATION_PASSWORD:?}"
@@ -37,6 +40,21 @@ else
 fi
 # Clients read the password from the environment, never a command line.
 export MYSQL_PWD="$ROOT_PASSWORD"
+
+# With certificates, the dump verifies the primary (TLS, the CA, its name)
+# and so does the replication stream; without, the stream of a MySQL
+# replica takes the source's RSA key on trust for its password.
+tls_client="" tls_mariadb=", MASTER_SSL = 0" tls_mysql=", GET_SOURCE_PUBLIC_KEY = 1"
+if [ -n "${TLS_DIR:-}" ]; then
+	ca="$TLS_DIR/ca.crt"
+	if [ "$ENGINE" = mariadb ]; then
+		tls_client="--ssl --ssl-ca=$ca --ssl-verify-server-cert"
+	else
+		tls_client="--ssl-mode=VERIFY_IDENTITY --ssl-ca=$ca"
+	fi
+	tls_mariadb=", MASTER_SSL = 1, MASTER_SSL_CA = '$ca', MASTER_SSL_VERIFY_SERVER_CERT = 1"
+	tls_mysql=", SOURCE_SSL = 1, SOURCE_SSL_CA = '$ca', SOURCE_SSL_VERIFY_SERVER_CERT = 1"
+fi
 
 has_data() { [ -d "$DATADIR/mysql" ]; }
 
@@ -119,7 +137,8 @@ clone() {
 	if [ "$ENGINE" = mariadb ]; then
 		# --gtid with --master-data sets gtid_slave_pos to the snapshot's
 		# position; the accounts come along with the mysql schema.
-		$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
+		# shellcheck disable=SC2086 # the TLS options are words
+		$dump $tls_client -h "$host" -P "$port" -uroot --all-databases --single-transaction \
 			--gtid --master-data=1 --routines --triggers --events \
 			--ignore-table=mysql.gtid_slave_pos >"$dumpfile"
 		# Loaded without binary logging, so the replica's own GTID position
@@ -132,12 +151,13 @@ clone() {
 		rm -f "$dumpfile"
 		sql <<-SQL
 			CHANGE MASTER TO MASTER_HOST = $h, MASTER_PORT = $port, MASTER_USER = $user,
-			  MASTER_PASSWORD = $pw, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1;
+			  MASTER_PASSWORD = $pw, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1$tls_mariadb;
 		SQL
 	else
 		# The dump sets gtid_purged to the snapshot's GTID set; auto-position
 		# streams the rest.
-		$dump -h "$host" -P "$port" -uroot --all-databases --single-transaction \
+		# shellcheck disable=SC2086
+		$dump $tls_client -h "$host" -P "$port" -uroot --all-databases --single-transaction \
 			--set-gtid-purged=ON --routines --triggers --events >"$dumpfile"
 		{
 			echo "RESET BINARY LOGS AND GTIDS;"
@@ -147,7 +167,7 @@ clone() {
 		rm -f "$dumpfile"
 		sql <<-SQL
 			CHANGE REPLICATION SOURCE TO SOURCE_HOST = $h, SOURCE_PORT = $port, SOURCE_USER = $user,
-			  SOURCE_PASSWORD = $pw, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1;
+			  SOURCE_PASSWORD = $pw, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1$tls_mysql;
 		SQL
 	fi
 	finish

@@ -23,7 +23,9 @@
 # topology ConfigMap: key "primary", keys "rebuild-<pod>" with a token, key
 # "initialized" once the Database has served),
 # PRIMARY_HOST/PRIMARY_PORT (override the primary's address; tests use
-# them), INITDB_EXTRA_ARGS, BASEBACKUP_EXTRA_ARGS.
+# them), TLS_DIR (the mounted certificate Secret: tls.crt, tls.key, ca.crt;
+# when set, every connection to the primary is TLS verified against its
+# name), INITDB_EXTRA_ARGS, BASEBACKUP_EXTRA_ARGS.
 set -eu
 
 : "${POD_NAME:?}" "${PGDATA:?}" "${POSTGRES_USER:?}" "${POSTGRES_PASSWORD:?}" "${REPLICATION_USER:?}" "${REPLICATION_PASSWORD:?}"
@@ -44,6 +46,16 @@ pgpass_field() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/:/\\:/g'; }
 	done >"$PGPASSFILE.new"
 )
 mv "$PGPASSFILE.new" "$PGPASSFILE"
+
+# With certificates, the clients here (psql, pg_basebackup, pg_rewind)
+# verify the primary: TLS, the CA's signature and its name; never plain
+# text. The replica's own stream says so in primary_conninfo.
+tls_conninfo=""
+if [ -n "${TLS_DIR:-}" ]; then
+	PGSSLMODE=verify-full PGSSLROOTCERT="$TLS_DIR/ca.crt"
+	export PGSSLMODE PGSSLROOTCERT
+	tls_conninfo=" sslmode=verify-full sslrootcert='$TLS_DIR/ca.crt'"
+fi
 
 has_data() { [ -s "$PGDATA/PG_VERSION" ]; }
 
@@ -73,7 +85,7 @@ follow_primary() {
 	auto="$PGDATA/postgresql.auto.conf"
 	{
 		grep -v '^primary_conninfo\|^primary_slot_name' "$auto" || true
-		printf "primary_conninfo = 'host=%s port=%s user=%s'\n" "$host" "$port" "$REPLICATION_USER"
+		printf "primary_conninfo = '%s'\n" "$(printf 'host=%s port=%s user=%s%s' "$host" "$port" "$REPLICATION_USER" "$tls_conninfo" | sed "s/'/''/g")"
 		printf "primary_slot_name = '%s'\n" "$slot"
 	} >"$auto.new"
 	chmod 0600 "$auto.new"
@@ -231,6 +243,14 @@ done
 prepare_data
 keep_slot_name
 
+# A standby that streamed before its Database had certificates is pointed
+# at the primary again with verification, now that it has them.
+if [ -n "$tls_conninfo" ] && [ -f "$PGDATA/standby.signal" ] &&
+	! grep -q "^primary_conninfo = .*sslmode=verify-full" "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
+	log "streaming from $primary with TLS from now on"
+	follow_primary
+fi
+
 # pg_hba.conf is read from the volume (hba_file in the configuration), a
 # fresh copy of the configuration's at every start: the operator fences a
 # primary by adding rules to it, and no fence outlives a restart.
@@ -244,10 +264,15 @@ if [ -n "$fenced" ]; then
 	# Only the superuser (the operator) logs in; new transactions default
 	# to read-only.
 	su="\"$(printf '%s' "$POSTGRES_USER" | sed 's/"/""/g')\""
-	printf 'local all %s trust\nhost all %s all scram-sha-256\nlocal all all reject\nhost all all all reject\n' "$su" "$su" >"$volume/pg_hba.conf.new"
+	hosttype=host
+	[ -z "$tls_conninfo" ] || hosttype=hostssl
+	printf 'local all %s trust\n%s all %s all scram-sha-256\nlocal all all reject\nhost all all all reject\n' "$su" "$hosttype" "$su" >"$volume/pg_hba.conf.new"
 	chmod 0600 "$volume/pg_hba.conf.new"
 	mv "$volume/pg_hba.conf.new" "$volume/pg_hba.conf"
 	set -- "$@" -c default_transaction_read_only=on
 fi
 
+# The server's WAL receiver takes its TLS settings from primary_conninfo
+# alone (the operator's re-pointing writes them too).
+unset PGSSLMODE PGSSLROOTCERT
 exec postgres -D "$PGDATA" "$@"

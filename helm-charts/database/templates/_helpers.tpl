@@ -62,6 +62,12 @@ app.kubernetes.io/part-of: database-operator
 {{/* Where the start scripts are mounted. */}}
 {{- define "database.scriptsPath" -}}/opt/database-operator/scripts{{- end -}}
 
+{{/* The Secret with the server certificate, its key and the CA bundle, and where it is mounted. */}}
+{{- define "database.tlsSecret" -}}
+{{- .Values.tls.secretName | default (printf "%s-tls" (include "database.fullname" .)) -}}
+{{- end -}}
+{{- define "database.tlsPath" -}}{{ .Values.tls.mountPath | default "/etc/database-operator/tls" }}{{- end -}}
+
 {{/* Where the operator's topology ConfigMap is mounted. */}}
 {{- define "database.topologyPath" -}}/etc/database-operator/topology{{- end -}}
 
