@@ -45,6 +45,7 @@ manifests: ## Generate the CRD, RBAC and webhook configurations into config/.
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
 	$$CG rbac:roleName=manager-role crd webhook paths=./api/... paths=./internal/controller/... paths=./internal/webhook/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	go run ./hack/allnamespaces config/rbac/role.yaml config/rbac/all-namespaces
 
 .PHONY: bundle
 bundle: manifests ## Generate bundle/ for VERSION with operator-sdk and validate it (no warning allowed).
@@ -80,7 +81,7 @@ test-olm: ## Subscribe through OLM to the catalog's older release and upgrade al
 	cd release/tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
 		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
 
-KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/manifests config/overlays/production
+KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/manifests config/overlays/production config/overlays/namespaced
 
 .PHONY: verify-kustomize
 verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl apply -k` would read).
@@ -168,7 +169,7 @@ test-unit: ## Unit tests (no cluster).
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 FAILOVER_RUNS ?= 5

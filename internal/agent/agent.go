@@ -475,9 +475,14 @@ const checkInterval = time.Second
 type localServer struct {
 	cfg Config
 	// loaded is the certificate and key the server was last asked to
-	// load (their digest; empty until the first check).
-	loaded string
+	// load (their digest; empty until the first check); failedAt is when
+	// a reload last failed (tried again a while later, not every check).
+	loaded   string
+	failedAt time.Time
 }
+
+// reloadRetry is how long after a failed reload the next is tried.
+const reloadRetry = 30 * time.Second
 
 func (l *localServer) status(ctx context.Context) (engine.Status, error) {
 	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second}
@@ -520,11 +525,12 @@ func (l *localServer) reloadRenewed(ctx context.Context, inst engine.Instance) {
 		h.Write(b)
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
-	if digest == l.loaded {
+	if digest == l.loaded || time.Since(l.failedAt) < reloadRetry {
 		return
 	}
 	if err := inst.ReloadTLS(ctx); err != nil {
-		l.cfg.Log.Error(err, "reloading the server certificate")
+		l.failedAt = time.Now()
+		l.cfg.Log.Error(err, "reloading the server certificate; trying again later", "retryIn", reloadRetry.String())
 		return
 	}
 	if l.loaded != "" {

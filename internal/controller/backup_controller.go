@@ -25,11 +25,11 @@ import (
 	"example.com/database-operator/internal/backup"
 )
 
-// +kubebuilder:rbac:groups=example.com,resources=backups,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=example.com,resources=backups/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=example.com,resources=backups/finalizers,verbs=update
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
+// +kubebuilder:rbac:groups=example.com,resources=backups,verbs=list;watch;create;delete,namespace=system
+// +kubebuilder:rbac:groups=example.com,resources=backups/status,verbs=patch,namespace=system
+// +kubebuilder:rbac:groups=example.com,resources=backups/finalizers,verbs=update,namespace=system
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete,namespace=system
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create,namespace=system
 
 // backupDatabaseIndex indexes Backups by the Database they back up.
 const backupDatabaseIndex = "spec.database.name"

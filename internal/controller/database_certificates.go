@@ -20,11 +20,18 @@ import (
 // The CA Secret's keys: the current CA and the one it replaced, kept in
 // the bundle until it expires (certificates it signed may still be served).
 const (
-	caSecretName  = "database-operator-ca"
-	keyCACert     = "ca.crt"
-	keyCAKey      = "ca.key"
-	keyPreviousCA = "previous-ca.crt"
+	caSecretName     = "database-operator-ca"
+	keyCACert        = "ca.crt"
+	keyCAKey         = "ca.key"
+	keyPreviousCA    = "previous-ca.crt"
+	keyPreviousCAKey = "previous-ca.key"
 )
+
+// caPropagation is how long a new CA is only trusted, not yet signing:
+// the bundles mounted in pods (the kubelet rewrites them within about a
+// minute) and the applications' copies take it in first, so no client
+// meets a server certificate from a CA it does not know yet.
+const caPropagation = 10 * time.Minute
 
 // tlsMountPath is where the database container mounts the certificate
 // Secret: the servers read their certificate and key there, and replicas
@@ -121,7 +128,7 @@ func (r *DatabaseReconciler) keepAppCA(ctx context.Context, db *dbv1.Database, b
 	return nil
 }
 
-// namespaceCA returns the namespace's CA and the bundle clients trust,
+// namespaceCA returns the CA that signs now and the bundle clients trust,
 // making the CA on first use and replacing it once two thirds of its life
 // have passed. Two Databases may race to make or replace it: the loser's
 // write fails (it already exists, or the optimistic lock) and it takes the
@@ -159,7 +166,7 @@ func (r *DatabaseReconciler) namespaceCA(ctx context.Context, db *dbv1.Database,
 			return nil, nil, err
 		}
 		patch := client.MergeFromWithOptions(secret.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		secret.Data = map[string][]byte{keyCACert: next.CertPEM, keyCAKey: next.KeyPEM, keyPreviousCA: ca.CertPEM}
+		secret.Data = map[string][]byte{keyCACert: next.CertPEM, keyCAKey: next.KeyPEM, keyPreviousCA: ca.CertPEM, keyPreviousCAKey: ca.KeyPEM}
 		if err := r.Patch(ctx, secret, patch, client.FieldOwner(FieldOwner)); err != nil {
 			return nil, nil, fmt.Errorf("replacing the namespace's CA (%s): %w", why, err)
 		}
@@ -167,7 +174,15 @@ func (r *DatabaseReconciler) namespaceCA(ctx context.Context, db *dbv1.Database,
 		r.event(db, corev1.EventTypeNormal, "CertificateAuthorityRenewed", "Issue", "Replaced the namespace's CA in Secret %s (%s); the old one stays trusted until it expires", caSecretName, why)
 		ca = next
 	}
-	return ca, pki.Bundle(now, secret.Data[keyCACert], secret.Data[keyPreviousCA]), nil
+	bundle := pki.Bundle(now, secret.Data[keyCACert], secret.Data[keyPreviousCA])
+	// Until the new CA has reached the clients' bundles, the one it
+	// replaced (still valid) keeps signing.
+	if now.Before(ca.Cert.NotBefore.Add(pki.Backdate + caPropagation)) {
+		if prev, err := pki.ParseCA(secret.Data[keyPreviousCA], secret.Data[keyPreviousCAKey]); err == nil && now.Before(prev.Cert.NotAfter) {
+			return prev, bundle, nil
+		}
+	}
+	return ca, bundle, nil
 }
 
 // serverNames are the names a Database's servers are reached by: its

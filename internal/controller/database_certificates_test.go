@@ -85,10 +85,22 @@ func TestCertificates(t *testing.T) {
 	if n := strings.Count(string(tls.Data["ca.crt"]), "BEGIN CERTIFICATE"); n != 2 || verify(tls, "orders-rw") != nil {
 		t.Fatalf("after the CA's renewal: bundle of %d, verify %v", n, verify(tls, "orders-rw"))
 	}
-	issuer, _ := pki.ParseCertificate(tls.Data[corev1.TLSCertKey])
+	// The new CA only joins the bundles at first: a pod or an application
+	// whose copy is older must not meet a certificate it signed yet.
 	newCA, _ := pki.ParseCertificate(ca.Data[keyCACert])
-	if issuer.CheckSignatureFrom(newCA) != nil {
-		t.Error("the server certificate was not reissued by the new CA")
+	previousCA, _ := pki.ParseCertificate(ca.Data[keyPreviousCA])
+	issued, _ := pki.ParseCertificate(tls.Data[corev1.TLSCertKey])
+	if issued.CheckSignatureFrom(previousCA) != nil {
+		t.Error("the server certificate was signed by the new CA before it reached the clients' bundles")
+	}
+	now = now.Add(caPropagation + pki.Backdate)
+	tls, _ = reconcile()
+	issued, _ = pki.ParseCertificate(tls.Data[corev1.TLSCertKey])
+	if issued.CheckSignatureFrom(newCA) != nil {
+		t.Error("the server certificate was not reissued by the new CA once it had propagated")
+	}
+	if n := strings.Count(string(tls.Data["ca.crt"]), "BEGIN CERTIFICATE"); n != 2 || verify(tls, "orders-rw") != nil {
+		t.Errorf("after the reissue: bundle of %d, verify %v", n, verify(tls, "orders-rw"))
 	}
 
 	// A Secret of the CA's name that the operator did not make.

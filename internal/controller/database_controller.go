@@ -60,18 +60,30 @@ type DatabaseReconciler struct {
 	Agents AskPromoting
 }
 
-// +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=example.com,resources=databases/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=example.com,resources=databases/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// RBAC: everything the operator does to a Database's objects is
+// namespaced (namespace=system: a Role, which the bundle carries as the
+// CSV's permissions: OLM grants it in each target namespace of the
+// OperatorGroup, and cluster-wide only for AllNamespaces); the ClusterRole
+// holds the two cluster-scoped grants (StorageClasses, SubjectAccessReviews).
+// Only the verbs used: objects the chart renders are applied (SSA: a
+// patch, authorized as create too when it makes the object), read from the
+// cache (list, watch; get only where read afresh from the API server);
+// "update" only on leases and finalizers.
+// tests/rbac reads the API server's audit log for unused grants. config/rbac/all-namespaces is the Role as a ClusterRole, for a
+// kustomize install that manages every namespace (generated: make manifests).
+// +kubebuilder:rbac:groups=example.com,resources=databases,verbs=get;list;watch;patch,namespace=system
+// +kubebuilder:rbac:groups=example.com,resources=databases/status,verbs=patch,namespace=system
+// +kubebuilder:rbac:groups=example.com,resources=databases/finalizers,verbs=update,namespace=system
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete,namespace=system
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete,namespace=system
+// +kubebuilder:rbac:groups="",resources=services,verbs=list;watch;create;patch;delete,namespace=system
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch,namespace=system
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;patch;delete,namespace=system
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch;delete,namespace=system
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=list;watch;create;patch;delete,namespace=system
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch,namespace=system
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=list;watch;create;patch;delete,namespace=system
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=list;watch;create;patch;delete,namespace=system
 
 // phase is one ordered step of a reconcile.
 type phase struct {
@@ -94,11 +106,12 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("engine", db.Spec.Engine))
 
 	if !db.DeletionTimestamp.IsZero() {
-		if err := r.finalize(ctx, db); err != nil {
+		again, err := r.finalize(ctx, db)
+		if err != nil {
 			r.event(db, corev1.EventTypeWarning, "CleanupFailed", "Delete", "%v", err)
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: again}, nil
 	}
 	if !controllerutil.ContainsFinalizer(db, Finalizer) {
 		patch := client.MergeFrom(db.DeepCopy())
@@ -115,7 +128,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	for _, p := range []phase{
 		{"Credentials", r.reconcileCredentials, true},
-		{"Certificates", r.reconcileCertificates, true}, // the pods mount the certificate
+		// Not a gate: a certificate that cannot be renewed now must not hold
+		// up a failover. A new Database's pods wait for the Secret to exist.
+		{"Certificates", r.reconcileCertificates, false},
 		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
 		{"Observe", r.observeStatefulSet, true},

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,9 +21,12 @@ import (
 // and the credentials Secret (released from the Database so the garbage
 // collector leaves it); Delete deletes the volumes. Everything else the
 // Database owns goes with it through owner references.
-func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) error {
+//
+// It returns how soon to look again when it must wait (the StatefulSet
+// going away before the volumes are deleted).
+func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) (time.Duration, error) {
 	if !controllerutil.ContainsFinalizer(db, Finalizer) {
-		return nil
+		return 0, nil
 	}
 	r.Positions.forget(db.UID)
 	r.Rollouts.release(db.UID)
@@ -32,14 +37,21 @@ func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) er
 	}
 	switch policy {
 	case dbv1.DeletionPolicyDelete:
+		// The StatefulSet goes first: while it exists its controller makes
+		// the claim of an instance it has not created yet (ordered start),
+		// after the claims were deleted, and that volume would outlive the
+		// Database.
+		if gone, err := r.statefulSetGone(ctx, db); err != nil || !gone {
+			return time.Second, err
+		}
 		n, err := r.deleteVolumes(ctx, db)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		r.event(db, corev1.EventTypeNormal, "VolumesDeleted", "Delete", "Deleted %d PersistentVolumeClaims (deletionPolicy Delete)", n)
 	default:
 		if err := r.releaseCredentials(ctx, db); err != nil {
-			return err
+			return 0, err
 		}
 		r.event(db, corev1.EventTypeNormal, "VolumesRetained", "Retain",
 			"Kept the PersistentVolumeClaims and Secret %s (deletionPolicy Retain)", credentialsSecretName(db))
@@ -47,9 +59,31 @@ func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) er
 	patch := client.MergeFrom(db.DeepCopy())
 	controllerutil.RemoveFinalizer(db, Finalizer)
 	if err := r.Patch(ctx, db, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing finalizer: %w", err)
+		return 0, fmt.Errorf("removing finalizer: %w", err)
 	}
-	return nil
+	return 0, nil
+}
+
+// statefulSetGone deletes db's StatefulSet (its pods go with it, through
+// the garbage collector; the claims stay, as its retention policy says)
+// and tells whether it is gone, read from the API server.
+func (r *DatabaseReconciler) statefulSetGone(ctx context.Context, db *dbv1.Database) (bool, error) {
+	sts := &appsv1.StatefulSet{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts); {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading StatefulSet %s: %w", db.Name, err)
+	case !sts.DeletionTimestamp.IsZero():
+		return false, nil
+	case !metav1.IsControlledBy(sts, db):
+		return true, nil // not ours: its claims are not the Database's either (isVolumeOf)
+	}
+	if err := r.Delete(ctx, sts, client.Preconditions{UID: &sts.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("deleting StatefulSet %s before its volumes: %w", db.Name, err)
+	}
+	log.FromContext(ctx).Info("deleted the StatefulSet before the volumes (deletionPolicy Delete)", "statefulset", sts.Name)
+	return false, nil
 }
 
 // deleteVolumes deletes the Database's PVCs. It lists them from the API

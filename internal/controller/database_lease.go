@@ -28,7 +28,7 @@ import (
 	"example.com/database-operator/internal/engine"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update,namespace=system
 
 // The primary Lease (<name>-primary) names the one server that may take
 // writes. The instance agent of the pod it names renews it while its server

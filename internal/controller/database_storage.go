@@ -21,7 +21,7 @@ import (
 // recreate it with the larger template; it adopts the running pods again.
 
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;patch;delete,namespace=system
 
 // volumeClaimTemplate is the chart's volume claim template: the StatefulSet
 // names each instance's volume <template>-<name>-<ordinal>.

@@ -37,6 +37,11 @@ const (
 	// failover whose reconcile ended before status said so is still
 	// recorded in status.lastFailover once its primary is adopted.
 	topologyFailoverKey = "last-failover"
+	// topologyPlainKey marks a pod that serves plain text: it started
+	// before its Database had a certificate (an operator upgrade) and has
+	// not been rolled yet. Until then its replicas connect to it without
+	// TLS; every other server is verified. Only the operator writes it.
+	topologyPlainKey = "plain-" // + pod name
 )
 
 func topologyName(db *dbv1.Database) string { return db.Name + "-topology" }
@@ -153,6 +158,11 @@ func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) m
 	}
 	for pod, token := range obs.rewind {
 		want[topologyRewindKey+pod] = token
+	}
+	for i := range obs.pods {
+		if podServerName(db, &obs.pods[i]) == "" && obs.pods[i].Spec.Hostname != "" {
+			want[topologyPlainKey+obs.pods[i].Name] = "true"
+		}
 	}
 	return want
 }

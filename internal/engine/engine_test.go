@@ -92,11 +92,11 @@ func TestCompareMySQLGTIDSet(t *testing.T) {
 // the statements a failover sends, in order, with values quoted.
 func TestMySQLStatements(t *testing.T) {
 	d := mysqlDialect{}
-	follow := d.follow(Endpoint{Host: "db-1.db-headless", Port: 3306}, Credentials{User: "repl", Password: "it's\\secret"}, "")
+	follow := d.follow(Endpoint{Host: "db-1.db-headless", Port: 3306}, Credentials{User: "repl", Password: "it's\\secret"}, tlsNone, "")
 	want := []string{
 		"STOP REPLICA",
 		"SET GLOBAL super_read_only = ON",
-		`CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'db-1.db-headless', SOURCE_PORT = 3306, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'it\'s\\secret', SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, GET_SOURCE_PUBLIC_KEY = 1`,
+		`CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'db-1.db-headless', SOURCE_PORT = 3306, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'it\'s\\secret', SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, SOURCE_SSL = 0, GET_SOURCE_PUBLIC_KEY = 1`,
 		"START REPLICA",
 	}
 	if fmt.Sprint(follow) != fmt.Sprint(want) {
@@ -104,7 +104,7 @@ func TestMySQLStatements(t *testing.T) {
 	}
 	// With the CA, the source is verified by its name, not its address,
 	// and no public key is taken on trust.
-	tlsFollow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "repl", Password: "x"}, "/tls/ca.crt")
+	tlsFollow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "repl", Password: "x"}, tlsVerified, "/tls/ca.crt")
 	if want := `CHANGE REPLICATION SOURCE TO SOURCE_HOST = 'db-1.db-headless.ns.svc', SOURCE_PORT = 3306, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'x', SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, SOURCE_SSL = 1, SOURCE_SSL_CA = '/tls/ca.crt', SOURCE_SSL_VERIFY_SERVER_CERT = 1`; tlsFollow[2] != want {
 		t.Errorf("follow with TLS:\n got %q\nwant %q", tlsFollow[2], want)
 	}
@@ -127,13 +127,18 @@ func TestMySQLStatements(t *testing.T) {
 
 func TestMariaDBStatements(t *testing.T) {
 	d := mariadbDialect{}
-	follow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306}, Credentials{User: "root", Password: "pw"}, "")
+	follow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306}, Credentials{User: "root", Password: "pw"}, tlsNone, "")
 	if follow[2] != "CHANGE MASTER TO MASTER_HOST = '10.0.0.7', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_PASSWORD = 'pw', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_SSL = 0" {
 		t.Errorf("follow: %s", follow[2])
 	}
-	tlsFollow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "root", Password: "pw"}, "/tls/ca.crt")
+	tlsFollow := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "root", Password: "pw"}, tlsVerified, "/tls/ca.crt")
 	if tlsFollow[2] != "CHANGE MASTER TO MASTER_HOST = 'db-1.db-headless.ns.svc', MASTER_PORT = 3306, MASTER_USER = 'root', MASTER_PASSWORD = 'pw', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, MASTER_SSL = 1, MASTER_SSL_CA = '/tls/ca.crt', MASTER_SSL_VERIFY_SERVER_CERT = 1" {
 		t.Errorf("follow with TLS: %s", tlsFollow[2])
+	}
+	// A replica started before its Database had certificates has no CA:
+	// it still encrypts towards a primary that takes TLS only.
+	if f := d.follow(Endpoint{Host: "10.0.0.7", Port: 3306, ServerName: "db-1.db-headless.ns.svc"}, Credentials{User: "root", Password: "pw"}, tlsUnverified, ""); !strings.HasSuffix(f[2], "MASTER_SSL = 1, MASTER_SSL_VERIFY_SERVER_CERT = 0") {
+		t.Errorf("follow without a CA: %s", f[2])
 	}
 	if got := redact(follow[2]); strings.Contains(got, "'pw'") || !strings.Contains(got, "MASTER_USE_GTID") {
 		t.Errorf("redact: %s", got)

@@ -34,9 +34,9 @@ type dialect interface {
 	// account creates or updates an application account and its database.
 	account(a Account) []string
 	promote() []string
-	// follow re-points a replica; with peerCA it verifies the primary's
-	// certificate by its name and refuses plain text.
-	follow(primary Endpoint, repl Credentials, peerCA string) []string
+	// follow re-points a replica, over TLS as tls says (verified with the
+	// CA bundle at peerCA, by the primary's name).
+	follow(primary Endpoint, repl Credentials, tls replicationTLS, peerCA string) []string
 	// attachFormerPrimary runs before a former primary's first CHANGE
 	// MASTER/SOURCE, with replication stopped.
 	attachFormerPrimary() []string
@@ -50,6 +50,37 @@ type dialect interface {
 	// before; MariaDB's Gtid_IO_Pos is a position).
 	received(applied, retrieved string) string
 	compare(a, b string) (int, error)
+}
+
+// replicationTLS is how a replica connects to its primary.
+type replicationTLS int
+
+const (
+	tlsNone       replicationTLS = iota // the primary serves plain text (not rolled since it had a certificate)
+	tlsVerified                         // TLS, the primary verified by its name with the CA bundle
+	tlsUnverified                       // TLS without verification: this replica has no CA bundle until it is rolled
+)
+
+// host is what a replica connects to: the primary's name when its
+// certificate is checked against it, its address otherwise.
+func (t replicationTLS) host(p Endpoint) string {
+	if t == tlsNone {
+		return p.Host
+	}
+	return p.name()
+}
+
+// options are CHANGE MASTER's (prefix MASTER_) or CHANGE REPLICATION
+// SOURCE's (SOURCE_) TLS options. SSL = 0 undoes a TLS setting kept from
+// an earlier change.
+func (t replicationTLS) options(prefix, peerCA string) string {
+	switch t {
+	case tlsVerified:
+		return fmt.Sprintf(", %[1]sSSL = 1, %[1]sSSL_CA = %[2]s, %[1]sSSL_VERIFY_SERVER_CERT = 1", prefix, mysqlLiteral(peerCA))
+	case tlsUnverified:
+		return fmt.Sprintf(", %[1]sSSL = 1, %[1]sSSL_VERIFY_SERVER_CERT = 0", prefix)
+	}
+	return ", " + prefix + "SSL = 0"
 }
 
 type mysqlDialect struct{}
@@ -105,13 +136,13 @@ func (mysqlDialect) promote() []string { return []string{"STOP REPLICA", "RESET 
 // configuration (synchronous replication), the primary side by Promote.
 func (mysqlDialect) semiSyncReplicaVar() string { return "rpl_semi_sync_replica_enabled" }
 func (mysqlDialect) semiSyncPrimaryVar() string { return "rpl_semi_sync_source_enabled" }
-func (mysqlDialect) follow(p Endpoint, c Credentials, peerCA string) []string {
+func (mysqlDialect) follow(p Endpoint, c Credentials, tls replicationTLS, peerCA string) []string {
 	// Without TLS the caching_sha2 password exchange needs the source's
 	// RSA key, taken on trust; with TLS the password goes over the
-	// verified channel and no key is fetched.
-	host, security := p.Host, ", GET_SOURCE_PUBLIC_KEY = 1"
-	if peerCA != "" {
-		host, security = p.name(), ", SOURCE_SSL = 1, SOURCE_SSL_CA = "+mysqlLiteral(peerCA)+", SOURCE_SSL_VERIFY_SERVER_CERT = 1"
+	// channel and no key is fetched.
+	host, security := tls.host(p), tls.options("SOURCE_", peerCA)
+	if tls == tlsNone {
+		security += ", GET_SOURCE_PUBLIC_KEY = 1"
 	}
 	return []string{
 		"STOP REPLICA",
@@ -168,12 +199,8 @@ func (mariadbDialect) unfence() []string          { return []string{"SET GLOBAL 
 func (mariadbDialect) promote() []string          { return []string{"STOP SLAVE", "RESET SLAVE ALL"} }
 func (mariadbDialect) semiSyncReplicaVar() string { return "rpl_semi_sync_slave_enabled" }
 func (mariadbDialect) semiSyncPrimaryVar() string { return "rpl_semi_sync_master_enabled" }
-func (mariadbDialect) follow(p Endpoint, c Credentials, peerCA string) []string {
-	// MASTER_SSL = 0 undoes a TLS setting kept from an earlier CHANGE MASTER.
-	host, security := p.Host, ", MASTER_SSL = 0"
-	if peerCA != "" {
-		host, security = p.name(), ", MASTER_SSL = 1, MASTER_SSL_CA = "+mysqlLiteral(peerCA)+", MASTER_SSL_VERIFY_SERVER_CERT = 1"
-	}
+func (mariadbDialect) follow(p Endpoint, c Credentials, tls replicationTLS, peerCA string) []string {
+	host, security := tls.host(p), tls.options("MASTER_", peerCA)
 	return []string{
 		"STOP SLAVE",
 		"SET GLOBAL read_only = ON",
@@ -400,11 +427,15 @@ func (m *mysqlFamily) Follow(ctx context.Context, primary Endpoint, repl Credent
 	if err := m.semiSyncPrimary(ctx, false); err != nil {
 		return err
 	}
-	peerCA := m.peerCA
-	if primary.ServerName == "" {
-		peerCA = "" // the primary serves no certificate yet
+	tls := tlsNone
+	switch {
+	case primary.ServerName == "": // the primary serves no certificate yet
+	case m.peerCA != "":
+		tls = tlsVerified
+	default:
+		tls = tlsUnverified // this replica has no CA yet: encrypted until it is rolled
 	}
-	stmts := m.d.follow(primary, repl, peerCA)
+	stmts := m.d.follow(primary, repl, tls, m.peerCA)
 	if len(row) == 0 {
 		// A former primary: it has never replicated, or not since it was
 		// promoted, so its replication position must start from its own data.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,12 +278,10 @@ func (p *postgres) Follow(ctx context.Context, primary Endpoint, repl Credential
 		conninfoValue(primary.Host), primary.Port, conninfoValue(repl.User), conninfoValue(p.applicationName()))
 	if p.peerCA != "" && primary.ServerName != "" {
 		// verify-full checks the certificate against host: the primary's
-		// name, while hostaddr (when it is an address) is where to connect.
+		// name, resolved at each connect (a pinned address could be another
+		// pod's by then, which the wildcard certificate would not tell).
 		conninfo = fmt.Sprintf("host=%s port=%d user=%s application_name=%s sslmode=verify-full sslrootcert=%s",
 			conninfoValue(primary.name()), primary.Port, conninfoValue(repl.User), conninfoValue(p.applicationName()), conninfoValue(p.peerCA))
-		if primary.ServerName != "" && net.ParseIP(primary.Host) != nil {
-			conninfo += " hostaddr=" + conninfoValue(primary.Host)
-		}
 	}
 	// ALTER SYSTEM takes no parameters: quote the value as a literal.
 	if _, err := p.conn.Exec(ctx, `ALTER SYSTEM SET primary_conninfo = `+sqlLiteral(conninfo)); err != nil {

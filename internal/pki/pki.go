@@ -28,8 +28,9 @@ import (
 const (
 	CAValidity     = 10 * 365 * 24 * time.Hour
 	ServerValidity = 90 * 24 * time.Hour
-	// backdate covers clocks a little behind the operator's.
-	backdate = 5 * time.Minute
+	// Backdate covers clocks a little behind the operator's: NotBefore
+	// is this much before the certificate was made.
+	Backdate = 5 * time.Minute
 )
 
 // CA is a certificate authority: its certificate and key, and their PEM.
@@ -193,7 +194,7 @@ func template(commonName string, now time.Time, validity time.Duration) (*x509.C
 	return &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: commonName, Organization: []string{"database-operator"}},
-		NotBefore:    now.Add(-backdate),
+		NotBefore:    now.Add(-Backdate),
 		NotAfter:     now.Add(validity),
 	}, nil
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/tests/utils/poll"
 )
 
 // TestPostgresOnRealPods: a two-instance PostgreSQL 15 Database comes up on
@@ -586,13 +587,5 @@ func claimDir(t testing.TB, ns, claim string) string {
 
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		if last = cond(); last == "" {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+	poll.Eventually(t, 200*time.Millisecond, timeout, what, cond)
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/tests/utils/poll"
 )
 
 // newNamespace creates a namespace for one test and deletes it afterwards.
@@ -52,15 +53,7 @@ func database(ns, name string, engine dbv1.Engine, replicas int32, mutate ...fun
 // then fails with the last thing cond said.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		if last = cond(); last == "" {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+	poll.Eventually(t, 100*time.Millisecond, timeout, what, cond)
 }
 
 func get(t testing.TB, obj client.Object) error {

@@ -42,10 +42,13 @@ fi
 export MYSQL_PWD="$ROOT_PASSWORD"
 
 # With certificates, the dump verifies the primary (TLS, the CA, its name)
-# and so does the replication stream; without, the stream of a MySQL
-# replica takes the source's RSA key on trust for its password.
-tls_client="" tls_mariadb=", MASTER_SSL = 0" tls_mysql=", GET_SOURCE_PUBLIC_KEY = 1"
-if [ -n "${TLS_DIR:-}" ]; then
+# and so does the replication stream; only a primary the operator marks as
+# serving plain text (started before its Database had a certificate, not
+# rolled yet) is reached without TLS. Without TLS a MySQL replica takes
+# the source's RSA key on trust. (A running replica without the CA yet is
+# re-pointed by the operator, encrypted to a primary that has one.)
+tls_client="" tls_mariadb=", MASTER_SSL = 0" tls_mysql=", GET_SOURCE_PUBLIC_KEY = 1" tls_server=""
+if [ -n "${TLS_DIR:-}" ] && [ -z "$(topology_key "plain-$primary")" ]; then
 	ca="$TLS_DIR/ca.crt"
 	if [ "$ENGINE" = mariadb ]; then
 		tls_client="--ssl --ssl-ca=$ca --ssl-verify-server-cert"
@@ -54,6 +57,11 @@ if [ -n "${TLS_DIR:-}" ]; then
 	fi
 	tls_mariadb=", MASTER_SSL = 1, MASTER_SSL_CA = '$ca', MASTER_SSL_VERIFY_SERVER_CERT = 1"
 	tls_mysql=", SOURCE_SSL = 1, SOURCE_SSL_CA = '$ca', SOURCE_SSL_VERIFY_SERVER_CERT = 1"
+fi
+# The server takes TLS only over the network, with the mounted certificate
+# (reloaded when it is renewed: the agent asks); the local socket stays.
+if [ -n "${TLS_DIR:-}" ]; then
+	tls_server="--ssl-cert=$TLS_DIR/tls.crt --ssl-key=$TLS_DIR/tls.key --ssl-ca=$TLS_DIR/ca.crt --require-secure-transport=ON --tls-version=TLSv1.2,TLSv1.3"
 fi
 
 has_data() { [ -d "$DATADIR/mysql" ]; }
@@ -201,4 +209,4 @@ server_id_opt=""
 
 unset MYSQL_PWD
 # shellcheck disable=SC2086
-exec "$@" $server_id_opt $relay_opts $readonly_opt $semisync_opt
+exec "$@" $server_id_opt $relay_opts $readonly_opt $semisync_opt $tls_server

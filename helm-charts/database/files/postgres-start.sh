@@ -49,9 +49,12 @@ mv "$PGPASSFILE.new" "$PGPASSFILE"
 
 # With certificates, the clients here (psql, pg_basebackup, pg_rewind)
 # verify the primary: TLS, the CA's signature and its name; never plain
-# text. The replica's own stream says so in primary_conninfo.
+# text. The replica's own stream says so in primary_conninfo. Only a
+# primary the operator marks as serving plain text (started before its
+# Database had a certificate, not rolled yet) is reached without: libpq's
+# default then, TLS when offered.
 tls_conninfo=""
-if [ -n "${TLS_DIR:-}" ]; then
+if [ -n "${TLS_DIR:-}" ] && [ -z "$(topology_key "plain-$primary")" ]; then
 	PGSSLMODE=verify-full PGSSLROOTCERT="$TLS_DIR/ca.crt"
 	export PGSSLMODE PGSSLROOTCERT
 	tls_conninfo=" sslmode=verify-full sslrootcert='$TLS_DIR/ca.crt'"
@@ -244,8 +247,8 @@ prepare_data
 keep_slot_name
 
 # A standby that streamed before its Database had certificates is pointed
-# at the primary again with verification, now that it has them.
-if [ -n "$tls_conninfo" ] && [ -f "$PGDATA/standby.signal" ] &&
+# at the primary again with verification, now that both have them.
+if [ -n "$tls_conninfo" ] && [ "$POD_NAME" != "$primary" ] && [ -f "$PGDATA/standby.signal" ] &&
 	! grep -q "^primary_conninfo = .*sslmode=verify-full" "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
 	log "streaming from $primary with TLS from now on"
 	follow_primary
@@ -254,8 +257,12 @@ fi
 # pg_hba.conf is read from the volume (hba_file in the configuration), a
 # fresh copy of the configuration's at every start: the operator fences a
 # primary by adding rules to it, and no fence outlives a restart.
+# With a certificate every host rule becomes hostssl: no rule admits a
+# plain-text connection over the network.
+hosttype=host
+[ -z "${TLS_DIR:-}" ] || hosttype=hostssl
 if [ -n "$config_file" ] && [ -f "$(dirname "$config_file")/pg_hba.conf" ]; then
-	cp "$(dirname "$config_file")/pg_hba.conf" "$volume/pg_hba.conf.new"
+	sed "s/^host[[:space:]]/$hosttype /" "$(dirname "$config_file")/pg_hba.conf" >"$volume/pg_hba.conf.new"
 	chmod 0600 "$volume/pg_hba.conf.new"
 	mv "$volume/pg_hba.conf.new" "$volume/pg_hba.conf"
 fi
@@ -264,15 +271,18 @@ if [ -n "$fenced" ]; then
 	# Only the superuser (the operator) logs in; new transactions default
 	# to read-only.
 	su="\"$(printf '%s' "$POSTGRES_USER" | sed 's/"/""/g')\""
-	hosttype=host
-	[ -z "$tls_conninfo" ] || hosttype=hostssl
 	printf 'local all %s trust\n%s all %s all scram-sha-256\nlocal all all reject\nhost all all all reject\n' "$su" "$hosttype" "$su" >"$volume/pg_hba.conf.new"
 	chmod 0600 "$volume/pg_hba.conf.new"
 	mv "$volume/pg_hba.conf.new" "$volume/pg_hba.conf"
 	set -- "$@" -c default_transaction_read_only=on
 fi
 
-# The server's WAL receiver takes its TLS settings from primary_conninfo
-# alone (the operator's re-pointing writes them too).
+# The server serves TLS with the mounted certificate (reloaded when it is
+# renewed: the agent asks). Its WAL receiver takes its TLS settings from
+# primary_conninfo alone (the operator's re-pointing writes them too).
 unset PGSSLMODE PGSSLROOTCERT
+if [ -n "${TLS_DIR:-}" ]; then
+	set -- "$@" -c ssl=on -c "ssl_cert_file=$TLS_DIR/tls.crt" -c "ssl_key_file=$TLS_DIR/tls.key" \
+		-c "ssl_ca_file=$TLS_DIR/ca.crt" -c ssl_min_protocol_version=TLSv1.2
+fi
 exec postgres -D "$PGDATA" "$@"

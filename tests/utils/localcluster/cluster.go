@@ -60,6 +60,10 @@ type Options struct {
 	// owns them: a test plays their kubelet (runs their command and writes
 	// the outcome into the pod's status).
 	KeepRunning []string
+	// AuditLog makes the API server write every request's metadata (who,
+	// verb, resource, response code; no bodies) to Cluster.AuditLog, one
+	// JSON event per line.
+	AuditLog bool
 }
 
 // Cluster is a running local control plane.
@@ -73,6 +77,8 @@ type Cluster struct {
 	// EtcdURL is etcd's client URL (plain HTTP on loopback), for tests that
 	// look at what the API server stored.
 	EtcdURL string
+	// AuditLog is the API server's audit log (Options.AuditLog), or "".
+	AuditLog string
 
 	pki   *pki
 	procs []*process
@@ -144,7 +150,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	// kube-apiserver
-	if err := c.start("kube-apiserver", bin("kube-apiserver"), []string{
+	var auditFlags []string
+	if opts.AuditLog {
+		if auditFlags, err = c.auditFlags(); err != nil {
+			return c, err
+		}
+	}
+	if err := c.start("kube-apiserver", bin("kube-apiserver"), append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
 		// The endpoint reconciler refuses a loopback address.
@@ -169,7 +181,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-client-certificate=" + p("admin.crt"), "--kubelet-client-key=" + p("admin.key"),
 		"--v=0",
-	}, nil); err != nil {
+	}, auditFlags...), nil); err != nil {
 		return c, err
 	}
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
@@ -483,4 +495,26 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// auditPolicy logs every request once, when its response is complete, at
+// the Metadata level: user, impersonated user, verb, resource, namespace,
+// name and response code, never a request or response body (Secrets).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: Metadata
+`
+
+// auditFlags writes the audit policy and returns the API server's flags
+// for a JSON log at c.AuditLog.
+func (c *Cluster) auditFlags() ([]string, error) {
+	policy := filepath.Join(c.Dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
+	c.AuditLog = filepath.Join(c.Dir, "logs", "audit.log")
+	return []string{"--audit-policy-file=" + policy, "--audit-log-path=" + c.AuditLog, "--audit-log-format=json",
+		"--audit-log-mode=blocking", "--audit-log-maxsize=0"}, nil
 }
