@@ -2,6 +2,7 @@ package v1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -26,6 +27,18 @@ const (
 	// DeletionPolicyDelete deletes the PersistentVolumeClaims with the Database.
 	DeletionPolicyDelete DeletionPolicy = "Delete"
 )
+
+// NetworkSpec limits who may connect to a Database's servers.
+type NetworkSpec struct {
+	// Clients may connect to the database port, as NetworkPolicy peers:
+	// pods by label, namespaces by label, or address blocks. Empty: every
+	// pod in the Database's namespace. The Database's own instances, its
+	// backup and restore Jobs and the operator are always let in.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Clients []networkingv1.NetworkPolicyPeer `json:"clients,omitempty"`
+}
 
 // DatabaseSpec is the desired state of a Database.
 //
@@ -81,6 +94,11 @@ type DatabaseSpec struct {
 	// +kubebuilder:default=Retain
 	// +optional
 	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Network says who may reach the servers, through the NetworkPolicy the
+	// operator keeps per Database (unless it runs with --network-policy=false).
+	// +optional
+	Network *NetworkSpec `json:"network,omitempty"`
 
 	// Failover is the automatic failover policy (with two or more replicas).
 	// +optional

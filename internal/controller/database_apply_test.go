@@ -279,10 +279,11 @@ func TestParametersInConfiguration(t *testing.T) {
 	}
 }
 
-// TestNetworkPolicy: the database port is open to the namespace's pods and
+// TestNetworkPolicy: the database port is open to the namespace's pods (or
+// the clients spec.network names, with the instances and the Jobs) and
 // the operator's pods (by namespace and label, never its whole namespace);
 // the agents' peer channel only to the Database's own instances and the
-// operator's pods.
+// operator's pods; out, only the instances, DNS and the API server's ports.
 func TestNetworkPolicy(t *testing.T) {
 	objs, err := desiredObjects(loadChart(t), newDB(dbv1.EnginePostgreSQL), ValueOptions{OperatorNamespace: "operators", OperatorImage: testOperatorImage})
 	if err != nil {
@@ -312,5 +313,49 @@ func TestNetworkPolicy(t *testing.T) {
 		if !equality.Semantic.DeepEqual(rule.From, want[port]) {
 			t.Errorf("port %s open to %+v, want %+v", port, rule.From, want[port])
 		}
+	}
+
+	// Out: the instances (database port, peer channel), DNS and the API
+	// server's ports only; every rule names its ports.
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+		t.Fatalf("policy types %v: egress is not limited", np.Spec.PolicyTypes)
+	}
+	var out []string
+	for _, rule := range np.Spec.Egress {
+		if len(rule.Ports) == 0 {
+			t.Errorf("an egress rule open on every port: %+v", rule)
+		}
+		for _, p := range rule.Ports {
+			to := "anywhere"
+			if len(rule.To) > 0 {
+				to = "instances"
+				if !equality.Semantic.DeepEqual(rule.To, []networkingv1.NetworkPolicyPeer{instances}) {
+					t.Errorf("egress to %+v", rule.To)
+				}
+			}
+			out = append(out, fmt.Sprintf("%s/%s %s", *p.Protocol, p.Port.String(), to))
+		}
+	}
+	if got, wantOut := strings.Join(out, ", "), "TCP/5432 instances, TCP/8011 instances, UDP/53 anywhere, TCP/53 anywhere, UDP/5353 anywhere, TCP/5353 anywhere, TCP/443 anywhere, TCP/6443 anywhere"; got != wantOut {
+		t.Errorf("egress %s\nwant %s", got, wantOut)
+	}
+
+	// spec.network.clients narrows the database port to them, the
+	// instances, the backup and restore Jobs and the operator.
+	app := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "shop-frontend"}}}
+	narrowed := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Network = &dbv1.NetworkSpec{Clients: []networkingv1.NetworkPolicyPeer{app}}
+	})
+	objs, err = desiredObjects(loadChart(t), narrowed, ValueOptions{OperatorNamespace: "operators", OperatorImage: testOperatorImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	np = &networkingv1.NetworkPolicy{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["NetworkPolicy/orders"].Object, np); err != nil {
+		t.Fatal(err)
+	}
+	jobs := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelName: JobAppName, labelDatabase: "orders"}}}
+	if wantFrom := []networkingv1.NetworkPolicyPeer{instances, jobs, app, operator}; !equality.Semantic.DeepEqual(np.Spec.Ingress[0].From, wantFrom) {
+		t.Errorf("with clients, the database port is open to %+v\nwant %+v", np.Spec.Ingress[0].From, wantFrom)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/parameters"
@@ -123,7 +124,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"replicationSecret": replicationSecretName(db),
 		"tls":               map[string]any{"secretName": tlsSecretName(db), "mountPath": tlsMountPath},
 		"operatorNamespace": opts.OperatorNamespace,
-		"networkPolicy":     map[string]any{"enabled": !opts.NoNetworkPolicy},
+		"networkPolicy":     networkPolicyValues(db, opts),
 		"agentImage":        opts.OperatorImage,
 		"replication": map[string]any{
 			"synchronousReplicas":  int64(db.Spec.SynchronousReplicas()),
@@ -189,4 +190,26 @@ func quantities(l corev1.ResourceList) map[string]any {
 		m[string(name)] = q.String()
 	}
 	return m
+}
+
+// networkPolicyValues are the chart's networkPolicy values: whether to
+// render it, the clients spec.network names (as the chart writes them
+// into the policy) and the backup and restore Jobs' labels (they reach
+// the database port whatever the clients).
+func networkPolicyValues(db *dbv1.Database, opts ValueOptions) map[string]any {
+	out := map[string]any{"enabled": !opts.NoNetworkPolicy,
+		"jobLabels": map[string]any{labelName: JobAppName, labelDatabase: db.Name}}
+	if db.Spec.Network == nil || len(db.Spec.Network.Clients) == 0 {
+		return out
+	}
+	clients := make([]any, 0, len(db.Spec.Network.Clients))
+	for i := range db.Spec.Network.Clients {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&db.Spec.Network.Clients[i])
+		if err != nil {
+			continue // never happens; and the key below still narrows the policy
+		}
+		clients = append(clients, u)
+	}
+	out["clients"] = clients
+	return out
 }

@@ -35,7 +35,7 @@ func TestChartValues(t *testing.T) {
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
 			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication",
 			"tls": map[string]any{"secretName": "orders-tls", "mountPath": "/etc/database-operator/tls"}, "operatorNamespace": "",
-			"networkPolicy": map[string]any{"enabled": true}, "agentImage": "",
+			"networkPolicy": map[string]any{"enabled": true, "jobLabels": map[string]any{"app.kubernetes.io/name": "database-job", "database.example.com/database": "orders"}}, "agentImage": "",
 			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
 			"parameters":  map[string]any{}, "restartParameters": map[string]any{},
 		}
