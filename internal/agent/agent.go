@@ -23,6 +23,7 @@ package agent
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -171,6 +172,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		pln, err := net.Listen("tcp", a.cfg.PeerListen)
 		if err != nil {
 			return fmt.Errorf("peer channel on %s: %w", a.cfg.PeerListen, err)
+		}
+		if a.cfg.TLSDir != "" {
+			// The pod's server certificate, read again when it is renewed.
+			pln = tls.NewListener(pln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: (&certFiles{dir: a.cfg.TLSDir}).get})
 		}
 		go func() { _ = peers.Serve(pln) }()
 		defer peers.Close()
@@ -641,5 +646,5 @@ func (a *Agent) notReady() string {
 func Probe(ctx context.Context, listen, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return call(ctx, http.MethodGet, "http://"+listen+path, "", nil)
+	return call(ctx, http.MethodGet, path, listen, "", nil, nil)
 }

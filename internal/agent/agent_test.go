@@ -325,14 +325,14 @@ func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
 	if took := time.Since(moved); took > 1500*time.Millisecond {
 		t.Errorf("the primary ran %s after the Lease moved, want at most a renew interval plus the duration minus the margin", took)
 	}
-	p, err := AskPromoting(context.Background(), peerAddr, token)
+	p, err := AskPromoting(context.Background(), peerAddr, token, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.ConfirmedFor != "db-0" || p.RemainingMillis <= 0 || p.RemainingMillis > 1200 {
 		t.Errorf("promoting: %+v, want db-0's last confirmation with at most duration plus margin left", p)
 	}
-	if _, err := AskPromoting(context.Background(), peerAddr, "wrong token"); err == nil {
+	if _, err := AskPromoting(context.Background(), peerAddr, "wrong token", nil); err == nil {
 		t.Error("the peer channel answered a caller with the wrong token")
 	}
 }

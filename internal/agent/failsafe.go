@@ -5,15 +5,20 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"example.com/database-operator/internal/engine"
 )
 
 // The failsafe, after Patroni's failsafe_mode: a control-plane outage alone
@@ -158,34 +163,54 @@ func (a *Agent) failsafe(ctx context.Context) bool {
 }
 
 func (a *Agent) askPeer(ctx context.Context, peer string) error {
-	addr := net.JoinHostPort(peer+"."+a.cfg.PeerDomain, strconv.Itoa(PeerPort))
+	host := peer + "." + a.cfg.PeerDomain
+	addr := net.JoinHostPort(host, strconv.Itoa(PeerPort))
 	if a.peerAddr != nil {
 		addr = a.peerAddr(peer)
 	}
-	return call(ctx, http.MethodPost, "http://"+addr+"/v1/confirm?primary="+a.cfg.Pod, a.cfg.PeerToken, nil)
+	var cfg *tls.Config
+	if a.cfg.TLSDir != "" {
+		// The peer's certificate names it under the headless Service.
+		ca, err := os.ReadFile(filepath.Join(a.cfg.TLSDir, "ca.crt"))
+		if err != nil {
+			return fmt.Errorf("reading the CA bundle: %w", err)
+		}
+		if cfg, err = engine.VerifyTLS(ca, host); err != nil {
+			return err
+		}
+	}
+	return call(ctx, http.MethodPost, "/v1/confirm?primary="+a.cfg.Pod, addr, a.cfg.PeerToken, cfg, nil)
 }
 
 // AskPromoting tells the member at addr (host:port of its peer channel)
 // that the operator is about to promote it, and returns how long its last
-// confirmation of another primary still runs.
-func AskPromoting(ctx context.Context, addr, token string) (Promoting, error) {
+// confirmation of another primary still runs. With cfg the channel is TLS
+// and the member verified with it; nil: plain HTTP (a member started
+// before its Database had a certificate).
+func AskPromoting(ctx context.Context, addr, token string, cfg *tls.Config) (Promoting, error) {
 	var p Promoting
-	err := call(ctx, http.MethodPost, "http://"+addr+"/v1/promoting", token, &p)
+	err := call(ctx, http.MethodPost, "/v1/promoting", addr, token, cfg, &p)
 	return p, err
 }
 
-// call makes one request to an agent (its probes or peer channel), with
-// token as a bearer token when set; a status other than 200 is an error
-// that carries the agent's own words, and out, when set, gets the JSON body.
-func call(ctx context.Context, method, url, token string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+// call makes one request to an agent (its probes or peer channel) at
+// addr, over TLS verified with cfg when set, with token as a bearer token
+// when set; a status other than 200 is an error that carries the agent's
+// own words, and out, when set, gets the JSON body.
+func call(ctx context.Context, method, path, addr, token string, cfg *tls.Config, out any) error {
+	scheme, client := "http", http.DefaultClient
+	if cfg != nil {
+		scheme = "https"
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, scheme+"://"+addr+path, nil)
 	if err != nil {
 		return err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -199,4 +224,38 @@ func call(ctx context.Context, method, url, token string, out any) error {
 		return json.NewDecoder(resp.Body).Decode(out)
 	}
 	return nil
+}
+
+// certFiles serves the pod's certificate from its mounted Secret, read
+// again when the files change (the operator renews it in place).
+type certFiles struct {
+	dir string
+
+	mu     sync.Mutex
+	stamp  string
+	loaded *tls.Certificate
+}
+
+func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	certFile, keyFile := filepath.Join(c.dir, "tls.crt"), filepath.Join(c.dir, "tls.key")
+	stamp := ""
+	for _, f := range []string{certFile, keyFile} {
+		if fi, err := os.Stat(f); err == nil {
+			stamp += fi.ModTime().String() + "/"
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded != nil && stamp == c.stamp {
+		return c.loaded, nil
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		if c.loaded != nil {
+			return c.loaded, nil // mid-swap: the last good pair
+		}
+		return nil, fmt.Errorf("the pod's certificate: %w", err)
+	}
+	c.loaded, c.stamp = &cert, stamp
+	return c.loaded, nil
 }

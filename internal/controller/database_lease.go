@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"net"
@@ -229,11 +230,12 @@ func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, p
 
 // AskPromoting tells the agent at host (the candidate's address) that the
 // operator is about to promote its server; see agent.AskPromoting.
-type AskPromoting func(ctx context.Context, host, token string) (agent.Promoting, error)
+// With cfg the peer channel is TLS, the agent verified with it.
+type AskPromoting func(ctx context.Context, host, token string, cfg *tls.Config) (agent.Promoting, error)
 
 // AgentPromoting is AskPromoting over the agents' peer channel.
-func AgentPromoting(ctx context.Context, host, token string) (agent.Promoting, error) {
-	return agent.AskPromoting(ctx, net.JoinHostPort(host, strconv.Itoa(agent.PeerPort)), token)
+func AgentPromoting(ctx context.Context, host, token string, cfg *tls.Config) (agent.Promoting, error) {
+	return agent.AskPromoting(ctx, net.JoinHostPort(host, strconv.Itoa(agent.PeerPort)), token, cfg)
 }
 
 // failsafeHold is how long the candidate must wait before its promotion:
@@ -250,7 +252,13 @@ func (r *DatabaseReconciler) failsafeHold(ctx context.Context, obs *observed, po
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	p, err := r.Agents(ctx, ep.Host, agent.PeerToken(repl.Password))
+	// The agent serves its peer channel with the pod's certificate (a pod
+	// without one, not rolled yet, in plain HTTP).
+	var opts engine.Options
+	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
+		return 0, err
+	}
+	p, err := r.Agents(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
 	if err != nil {
 		return 0, fmt.Errorf("asking %s's agent whether it confirmed another primary: %w", pod.Name, err)
 	}
