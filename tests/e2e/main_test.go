@@ -23,16 +23,19 @@ import (
 	apiv2 "github.com/operator-framework/api/pkg/operators/v2"
 	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"example.com/database-operator/internal/controller"
 	"example.com/database-operator/tests/utils/localcluster"
+	"example.com/database-operator/tests/utils/olmrbac"
 	"example.com/database-operator/tests/utils/processnode"
 )
 
@@ -149,7 +152,15 @@ func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(opLog)))
 	// The operator reaches instances at their pod addresses, on the node's
 	// bridge, as it would in a cluster.
-	op = newOperator(c.Config, scheme, controller.Options{
+	// The operator runs as its service account with exactly the RBAC its
+	// bundle grants (AllNamespaces, as OLM grants it): every test here is
+	// also a test of that RBAC.
+	opConfig, err := operatorAccount(ctx, c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the operator's service account:", err)
+		return 1
+	}
+	op = newOperator(opConfig, scheme, controller.Options{
 		Values:      controller.ValueOptions{OperatorImage: operatorImage, NoNetworkPolicy: true},
 		Upgradeable: controller.NamespacedConditions{Client: k8s, Key: operatorCondition},
 	})
@@ -170,6 +181,26 @@ func run(m *testing.M) int {
 		_ = os.RemoveAll(dir)
 	}
 	return code
+}
+
+// operatorAccount grants the operator's service account the bundle's RBAC
+// for all namespaces and returns a client configuration acting as it.
+func operatorAccount(ctx context.Context, c *localcluster.Cluster) (*rest.Config, error) {
+	bundle, err := olmrbac.Load(olmrbac.CSVPath)
+	if err != nil {
+		return nil, err
+	}
+	const ns = "database-operator-system"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	user, err := bundle.Grant(ctx, k8s, ns, nil)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg, nil
 }
 
 // installOperatorCondition installs OLM's OperatorCondition CRD and the

@@ -26,61 +26,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/controller"
 	"example.com/database-operator/internal/engine"
+	"example.com/database-operator/tests/utils/olmrbac"
 	"example.com/database-operator/tests/utils/poll"
 )
-
-// csvPath is the bundle's ClusterServiceVersion: the RBAC under test is
-// what it declares, nothing written by hand here.
-const csvPath = "../../bundle/manifests/database-operator.clusterserviceversion.yaml"
-
-// bundleRBAC is what the CSV asks OLM to grant the operator's account.
-type bundleRBAC struct {
-	account     string
-	permissions []rbacv1.PolicyRule // namespaced: Roles per target namespace, or cluster-wide for AllNamespaces
-	cluster     []rbacv1.PolicyRule // clusterPermissions
-	modes       map[operatorsv1alpha1.InstallModeType]bool
-}
-
-func loadBundleRBAC(t *testing.T) bundleRBAC {
-	t.Helper()
-	b, err := os.ReadFile(csvPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var csv operatorsv1alpha1.ClusterServiceVersion
-	if err := yaml.Unmarshal(b, &csv); err != nil {
-		t.Fatalf("%s: %v", csvPath, err)
-	}
-	var spec operatorsv1alpha1.StrategyDetailsDeployment
-	if err := json.Unmarshal(mustJSON(t, csv.Spec.InstallStrategy.StrategySpec), &spec); err != nil {
-		t.Fatal(err)
-	}
-	out := bundleRBAC{modes: map[operatorsv1alpha1.InstallModeType]bool{}}
-	for _, p := range spec.Permissions {
-		out.account, out.permissions = p.ServiceAccountName, append(out.permissions, p.Rules...)
-	}
-	for _, p := range spec.ClusterPermissions {
-		out.cluster = append(out.cluster, p.Rules...)
-	}
-	for _, m := range csv.Spec.InstallModes {
-		out.modes[m.Type] = m.Supported
-	}
-	return out
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // installMode is one way OLM can install the operator: its own namespace
 // and the namespaces it manages (none: all).
@@ -110,11 +62,14 @@ var installModes = []installMode{
 // it may (and what a kustomize install with --watch-namespaces grants:
 // config/overlays/namespaced).
 func TestInstallModes(t *testing.T) {
-	rb := loadBundleRBAC(t)
-	if !rb.modes[operatorsv1alpha1.InstallModeTypeAllNamespaces] {
-		t.Fatalf("the CSV does not support AllNamespaces: %v", rb.modes)
+	rb, err := olmrbac.Load(olmrbac.CSVPath)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, rules := range [][]rbacv1.PolicyRule{rb.permissions, rb.cluster} {
+	if !rb.Modes[operatorsv1alpha1.InstallModeTypeAllNamespaces] {
+		t.Fatalf("the CSV does not support AllNamespaces: %v", rb.Modes)
+	}
+	for _, rules := range [][]rbacv1.PolicyRule{rb.Permissions, rb.Cluster} {
 		for _, r := range rules {
 			if slices.Contains(r.Verbs, "*") || slices.Contains(r.Resources, "*") || slices.Contains(r.APIGroups, "*") {
 				t.Errorf("a wildcard in the bundle's RBAC: %+v", r)
@@ -134,7 +89,7 @@ func TestInstallModes(t *testing.T) {
 // the audit log.
 const accountPrefix = "system:serviceaccount:operator-"
 
-func runInstallMode(t *testing.T, rb bundleRBAC, m installMode, own string) {
+func runInstallMode(t *testing.T, rb olmrbac.Bundle, m installMode, own string) {
 	ctx := context.Background()
 	targets := m.targets(own)
 	managed := targets
@@ -147,7 +102,10 @@ func runInstallMode(t *testing.T, rb bundleRBAC, m installMode, own string) {
 			t.Fatal(err)
 		}
 	}
-	user := grantAsOLM(t, rb, own, targets)
+	user, err := rb.Grant(ctx, k8s, own, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The operator, as its account: leader election in its own namespace,
 	// the cache limited to the targets (WATCH_NAMESPACES, from OLM's
@@ -314,49 +272,6 @@ func runInstallMode(t *testing.T, rb bundleRBAC, m installMode, own string) {
 	}
 }
 
-// grantAsOLM makes the operator's service account in namespace own and
-// grants it the bundle's RBAC as OLM does: clusterPermissions as a
-// ClusterRole; permissions as a ClusterRole when the operator manages all
-// namespaces, otherwise as a Role in its own namespace and in each target.
-// It returns the account's user name.
-func grantAsOLM(t *testing.T, rb bundleRBAC, own string, targets []string) string {
-	t.Helper()
-	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: rb.account}}
-	if err := k8s.Create(ctx, sa); err != nil {
-		t.Fatal(err)
-	}
-	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: own, Name: rb.account}}
-	clusterRole := func(name string, rules []rbacv1.PolicyRule) {
-		cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
-		crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subject,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}
-		for _, o := range []client.Object{cr, crb} {
-			if err := k8s.Create(ctx, o); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	clusterRole(own+"-cluster", rb.cluster)
-	if len(targets) == 0 {
-		clusterRole(own+"-all-namespaces", rb.permissions)
-	} else {
-		namespaces := append([]string{own}, targets...)
-		slices.Sort(namespaces)
-		for _, ns := range slices.Compact(namespaces) {
-			role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "database-operator"}, Rules: rb.permissions}
-			rbd := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "database-operator"}, Subjects: subject,
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "database-operator"}}
-			for _, o := range []client.Object{role, rbd} {
-				if err := k8s.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	return fmt.Sprintf("system:serviceaccount:%s:%s", own, rb.account)
-}
-
 // usedElsewhere are grants these runs do not use, each with where they
 // are used (and tested): a grant neither used here nor named here fails
 // the audit check, so an unneeded verb cannot creep in.
@@ -403,7 +318,7 @@ type auditEvent struct {
 
 // checkAudit reads every request the operator's accounts made in these
 // runs: none refused, and each granted verb used (or used elsewhere, named).
-func checkAudit(t *testing.T, rb bundleRBAC) {
+func checkAudit(t *testing.T, rb olmrbac.Bundle) {
 	f, err := os.Open(cluster.AuditLog)
 	if err != nil {
 		t.Fatal(err)
@@ -442,7 +357,7 @@ func checkAudit(t *testing.T, rb bundleRBAC) {
 		t.Errorf("refused: %s", r)
 	}
 	granted := map[string]bool{}
-	for _, r := range append(slices.Clone(rb.permissions), rb.cluster...) {
+	for _, r := range append(slices.Clone(rb.Permissions), rb.Cluster...) {
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
