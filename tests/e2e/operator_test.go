@@ -27,6 +27,8 @@ type operator struct {
 	cfg    *rest.Config
 	scheme *runtime.Scheme
 	opts   controller.Options
+	// namespaces it manages (WATCH_NAMESPACES); none: all.
+	namespaces []string
 
 	mu      sync.Mutex
 	ctx     context.Context // of the first start; restarts use it too
@@ -62,7 +64,7 @@ func (o *operator) start(ctx context.Context) error {
 		Scheme:                 o.scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  controller.CacheOptions(nil),
+		Cache:                  controller.CacheOptions(o.namespaces),
 		// A restarted operator registers its controllers again in this
 		// process; in a cluster it is a new process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
