@@ -258,6 +258,9 @@ func (r *DatabaseReconciler) failsafeHold(ctx context.Context, obs *observed, po
 	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
 		return 0, err
 	}
+	if opts.TLS != nil {
+		opts.TLS.ServerName = ep.ServerName // reached at its address, named by its DNS name
+	}
 	p, err := r.Agents(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
 	if err != nil {
 		return 0, fmt.Errorf("asking %s's agent whether it confirmed another primary: %w", pod.Name, err)
