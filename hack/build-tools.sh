@@ -16,6 +16,8 @@
 #        hack/build-tools.sh vuln
 #        builds govulncheck and the offline vulnerability database (vulndb/
 #        beside it, from golang.org/x/vulndb's data/osv) and prints the dir
+#        hack/build-tools.sh lint
+#        builds golangci-lint and prints its bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -75,6 +77,18 @@ if [[ "${1:-}" == vuln ]]; then
 		"$bin/indexdb" -vulns "$src" -out "$bin/vulndb.tmp"
 		mv "$bin/vulndb.tmp" "$bin/vulndb"
 	fi
+	echo "$bin"
+	exit 0
+fi
+
+# The linter, keyed by its version and the Go release that builds it (its
+# type checker must know the go line of the code it reads).
+if [[ "${1:-}" == lint ]]; then
+	lint_ver="$(modver lint github.com/golangci/golangci-lint/v2)"
+	bin="$cache/bin/golangci-lint-$lint_ver-$(go env GOVERSION)"
+	mkdir -p "$bin"
+	build lint golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint \
+		"-X main.version=$lint_ver -X main.commit=$lint_ver -X main.date=unknown"
 	echo "$bin"
 	exit 0
 fi
