@@ -50,7 +50,9 @@ func TestPeerChannelTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: a.peerHandler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: (&certFiles{dir: dir}).get})) }()
+	go func() {
+		_ = srv.Serve(tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: (&certFiles{dir: dir}).get}))
+	}()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := ln.Addr().String()
 
