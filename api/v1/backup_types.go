@@ -231,16 +231,16 @@ type BackupSpec struct {
 type BackupPhase string
 
 const (
-	// BackupPending: waiting to start (another backup of the Database runs,
+	// BackupPending is waiting to start (another backup of the Database runs,
 	// or no instance is ready).
 	BackupPending BackupPhase = "Pending"
-	// BackupRunning: the backup Job runs.
+	// BackupRunning means the backup Job runs.
 	BackupRunning BackupPhase = "Running"
-	// BackupCompleted: the backup and its manifest are at the target.
+	// BackupCompleted means the backup and its manifest are at the target.
 	BackupCompleted BackupPhase = "Completed"
-	// BackupFailed: the backup did not complete; reason and message say why.
+	// BackupFailed means the backup did not complete; reason and message say why.
 	BackupFailed BackupPhase = "Failed"
-	// BackupSkipped: a scheduled backup that did not run because the
+	// BackupSkipped is a scheduled backup that did not run because the
 	// previous one was still running.
 	BackupSkipped BackupPhase = "Skipped"
 )
@@ -352,7 +352,7 @@ type BackupList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Backup{}, &BackupList{})
+	register(&Backup{}, &BackupList{})
 }
 
 // Keys are the Secret keys of the access key ID and the secret access key,

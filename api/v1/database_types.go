@@ -11,6 +11,7 @@ import (
 // +kubebuilder:validation:Enum=postgresql;mysql;mariadb
 type Engine string
 
+// The engines a Database can run.
 const (
 	EnginePostgreSQL Engine = "postgresql"
 	EngineMySQL      Engine = "mysql"
@@ -250,6 +251,7 @@ type StorageSpec struct {
 // Conditions carry the detail.
 type Phase string
 
+// The phases of a Database, from its creation on.
 const (
 	PhasePending      Phase = "Pending"
 	PhaseProvisioning Phase = "Provisioning"
@@ -420,5 +422,5 @@ type DatabaseList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+	register(&Database{}, &DatabaseList{})
 }

@@ -42,7 +42,7 @@ func filler(seed int64) *randfill.Filler {
 			}
 		},
 		func(f *metav1.FieldsV1, c randfill.Continue) {
-			f.Raw = fmt.Appendf(nil, `{"f:spec":{"f:replicas":{}},"f:n":%d}`, c.Intn(100))
+			f.SetRawBytes(fmt.Appendf(nil, `{"f:spec":{"f:replicas":{}},"f:n":%d}`, c.Intn(100)))
 		},
 		// Resources: often empty or exactly a size preset, the paths the
 		// conversion treats specially; otherwise random.

@@ -150,5 +150,5 @@ type DatabaseList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+	register(&Database{}, &DatabaseList{})
 }

@@ -122,7 +122,7 @@ func up(binDir, dir, crds, nodes, manager string) error {
 		select {
 		case err := <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "cluster.log"))
-			return fmt.Errorf("cluster exited (%v):\n%s", err, log)
+			return fmt.Errorf("cluster exited (%w):\n%s", err, log)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -172,12 +172,12 @@ func serve(binDir, dir, crds, nodes, manager string) error {
 		}
 		opts.CRDDirs = []string{abs}
 	}
-	real, why := realPods(nodes)
-	if nodes == "process" && !real {
+	processNode, why := realPods(nodes)
+	if nodes == "process" && !processNode {
 		return fmt.Errorf("--nodes=process: %s", why)
 	}
-	opts.NoSimulatedNodes = real
-	if real {
+	opts.NoSimulatedNodes = processNode
+	if processNode {
 		opts.APIServerAddresses = []string{processnode.NodeAddress(processNodeCIDR).String()}
 	}
 	c, err := localcluster.Start(ctx, opts)
@@ -185,7 +185,7 @@ func serve(binDir, dir, crds, nodes, manager string) error {
 		return err
 	}
 	defer c.Stop()
-	if real {
+	if processNode {
 		n, err := startProcessNode(ctx, c, filepath.Join(dir, "node"), manager)
 		if err != nil {
 			return err

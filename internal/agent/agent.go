@@ -61,11 +61,11 @@ func Margin(d time.Duration) time.Duration { return d / 5 }
 // sets another.
 const DefaultLeaseDuration = 15 * time.Second
 
-// MembersAnnotation, on the primary Lease, is the Database's instance
-// count, kept by the operator.
+// MembersAnnotation is the Database's instance count, on the primary
+// Lease, kept by the operator.
 const MembersAnnotation = "database.example.com/members"
 
-// MaxLagAnnotation, on the primary Lease, is spec.failover.maxLag (absent:
+// MaxLagAnnotation is spec.failover.maxLag on the primary Lease (absent:
 // no bound), kept by the operator: a replica further behind than that is
 // not ready, so it leaves the read-only Service, as it is not promoted.
 const MaxLagAnnotation = "database.example.com/max-lag"

@@ -95,7 +95,10 @@ func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool, opt
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-h.runErr:
+		case err := <-h.runErr:
+			if err != nil {
+				t.Logf("the agent ended: %v", err)
+			}
 		case <-time.After(10 * time.Second):
 			t.Error("the agent did not stop")
 		}
@@ -265,7 +268,12 @@ func TestReplicaStartsWithoutTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Logf("the agent ended: %v", err)
+		}
+	}()
 	waitFor(t, "the replica started", 5*time.Second, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()

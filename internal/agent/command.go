@@ -92,5 +92,5 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 
 // logger writes one line of key-value pairs per entry, as the start scripts' lines sit beside it.
 func logger(w io.Writer) logr.Logger {
-	return funcr.New(func(prefix, args string) { fmt.Fprintln(w, "agent:", args) }, funcr.Options{LogTimestamp: true})
+	return funcr.New(func(_, args string) { fmt.Fprintln(w, "agent:", args) }, funcr.Options{LogTimestamp: true})
 }

@@ -87,7 +87,7 @@ func Restore(ctx context.Context, o RestoreOptions) (*Manifest, error) {
 	return m, nil
 }
 
-// ReasonNotEmpty: the server to restore into already holds data.
+// ReasonNotEmpty means the server to restore into already holds data.
 const ReasonNotEmpty = "TargetNotEmpty"
 
 func checkEmpty(ctx context.Context, s Server) error {

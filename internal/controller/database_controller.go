@@ -1,4 +1,4 @@
-// Package controllers holds the reconcilers. The Database reconciler renders
+// Package controller holds the reconcilers. The Database reconciler renders
 // the chart, applies it, labels instance roles and reports status; each
 // concern has its own file.
 package controller

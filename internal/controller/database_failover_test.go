@@ -272,7 +272,7 @@ func TestFailoverWaitsForTheFencedPrimary(t *testing.T) {
 		db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-time.Minute)}
 		db.Finalizers = []string{Finalizer}
 	})
-	pods := readyPods(db, 2)
+	pods := readyPods(db)
 	pods[0].(*corev1.Pod).Status.Conditions[0].Status = corev1.ConditionFalse
 	servers := map[string]*scriptedServer{
 		"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},

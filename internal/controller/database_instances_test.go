@@ -94,7 +94,7 @@ func (refusingInstance) Follow(context.Context, engine.Endpoint, engine.Credenti
 // ends, naming the pod, the action and how it ended, never a password.
 func TestServerActionsAreLogged(t *testing.T) {
 	var lines []string
-	ctx := log.IntoContext(context.Background(), funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{}))
+	ctx := log.IntoContext(context.Background(), funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{}))
 	db := newDB(dbv1.EnginePostgreSQL)
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: credentialsSecretName(db)},
 		Data: map[string][]byte{corev1.BasicAuthUsernameKey: []byte("postgres"), corev1.BasicAuthPasswordKey: []byte("pw")}}

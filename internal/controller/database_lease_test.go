@@ -84,9 +84,10 @@ func TestLeaseCarriesTheLagBound(t *testing.T) {
 	r.leases = &leaseClock{}
 	l := &coordinationv1.Lease{}
 	for _, want := range []string{"4096", "8192", ""} {
-		if want == "8192" {
+		switch want {
+		case "8192":
 			db.Spec.Failover.MaxLag = ptr.To[int64](8192)
-		} else if want == "" {
+		case "":
 			db.Spec.Failover.MaxLag = nil
 		}
 		if err := r.reconcileLease(ctx, db, &observed{}); err != nil {

@@ -23,7 +23,7 @@ func TestPrimaryPositionOutlivesTheOperator(t *testing.T) {
 		db.Status.CurrentPrimary = "orders-0"
 		db.Finalizers = []string{Finalizer}
 	})
-	objs := append([]client.Object{db}, readyPods(db, 2)...)
+	objs := append([]client.Object{db}, readyPods(db)...)
 	servers := map[string]*scriptedServer{
 		"orders-0": {role: engine.RolePrimary, applied: 500},
 		"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 500},

@@ -100,7 +100,7 @@ func (r *DatabaseReconciler) checkExpansion(ctx context.Context, sts *appsv1.Sta
 		pvc := &corev1.PersistentVolumeClaim{}
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: "data-" + sts.Name + "-0"}, pvc)
 		if err != nil || pvc.Spec.StorageClassName == nil {
-			return fmt.Errorf("cannot tell the storage class of the volumes to expand them: %v", err)
+			return fmt.Errorf("cannot tell the storage class of the volumes to expand them: %w", err)
 		}
 		class = *pvc.Spec.StorageClassName
 	}

@@ -208,7 +208,7 @@ type switchoverStep struct {
 // the switchover did not happen.
 func (r *DatabaseReconciler) abandonSwitchover(ctx context.Context, db *dbv1.Database, old engine.Instance, cause error) error {
 	if err := old.Unfence(ctx); err != nil {
-		return fmt.Errorf("switchover abandoned (%w); unfencing the old primary failed too: %v", cause, err)
+		return fmt.Errorf("switchover abandoned (%w); unfencing the old primary failed too: %w", cause, err)
 	}
 	r.event(db, corev1.EventTypeWarning, "SwitchoverAbandoned", "Switchover", "%v; the current primary takes writes again", cause)
 	return fmt.Errorf("switchover abandoned: %w", cause)
@@ -228,10 +228,10 @@ func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Datab
 		// The Lease goes back first: the old primary takes writes again
 		// only as its holder.
 		if _, err := r.takeLease(ctx, db, current, true); err != nil {
-			return fmt.Errorf("switchover: %w; handing the primary Lease back to %s failed too, so it stays fenced: %v", cause, current, err)
+			return fmt.Errorf("switchover: %w; handing the primary Lease back to %s failed too, so it stays fenced: %w", cause, current, err)
 		}
 		if err := r.recordPrimary(ctx, db, current); err != nil {
-			return fmt.Errorf("switchover: %w; naming %s the primary again failed too, so it stays fenced: %v", cause, current, err)
+			return fmt.Errorf("switchover: %w; naming %s the primary again failed too, so it stays fenced: %w", cause, current, err)
 		}
 		return r.abandonSwitchover(ctx, db, old, cause)
 	}

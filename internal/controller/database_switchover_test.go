@@ -97,10 +97,10 @@ func (i scriptedInstance) EnsureAccount(context.Context, engine.Account) error {
 
 func (i scriptedInstance) Close() error { return nil }
 
-// readyPods are db's first n instance pods, Ready.
-func readyPods(db *dbv1.Database, n int) []client.Object {
+// readyPods are db's first two instance pods, Ready.
+func readyPods(db *dbv1.Database) []client.Object {
 	var pods []client.Object
-	for i := range n {
+	for i := range 2 {
 		pods = append(pods, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("%s-%d", db.Name, i), Labels: selectorLabels(db)},
 			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
@@ -147,7 +147,7 @@ func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 				db.Status.CurrentPrimary = "orders-0"
 				db.Finalizers = []string{Finalizer}
 			})
-			objs := append([]client.Object{db}, readyPods(db, 2)...)
+			objs := append([]client.Object{db}, readyPods(db)...)
 			servers := map[string]*scriptedServer{
 				"orders-0": {role: engine.RolePrimary, applied: 100},
 				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100,
@@ -227,7 +227,7 @@ func TestPrimaryRecordWins(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: topologyName(db)},
 				Data: map[string]string{topologyPrimaryKey: "orders-1", topologyInitializedKey: "true",
 					topologyFailoverKey: `{"time":"2026-12-04T10:00:00Z","from":"orders-0","to":"orders-1","reason":"primary not ready"}`},
-			}}, readyPods(db, 2)...)
+			}}, readyPods(db)...)
 			recorded := &scriptedServer{role: engine.RolePrimary, applied: 200}
 			if !promoted {
 				recorded = &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}
@@ -282,7 +282,7 @@ func TestRejoinNeedsAWritablePrimary(t *testing.T) {
 		db.Status.CurrentPrimary = "orders-0"
 		db.Finalizers = []string{Finalizer}
 	})
-	objs := append([]client.Object{db}, readyPods(db, 2)...)
+	objs := append([]client.Object{db}, readyPods(db)...)
 	servers := map[string]*scriptedServer{"orders-1": {role: engine.RolePrimary, applied: 200}} // orders-0 answers nothing
 	writes := 0
 	r, c := newFakeReconciler(t, &writes, objs...)
@@ -312,7 +312,7 @@ func TestTopologyNeverGoesBackOnAPromotion(t *testing.T) {
 		}
 	}
 	writes := 0
-	r, cache := newFakeReconciler(t, &writes, append([]client.Object{db, topology("orders-2")}, readyPods(db, 2)...)...)
+	r, cache := newFakeReconciler(t, &writes, append([]client.Object{db, topology("orders-2")}, readyPods(db)...)...)
 	_, apiServer := newFakeReconciler(t, &writes, topology("orders-1"))
 	r.APIReader = apiServer
 	servers := map[string]*scriptedServer{"orders-1": {role: engine.RolePrimary, applied: 200}} // orders-0 answers nothing

@@ -91,7 +91,7 @@ type Options struct {
 	ConcurrentRollouts int
 }
 
-// DefaultDatabaseWorkers: above one, so that one Database whose server
+// DefaultDatabaseWorkers is above one, so that one Database whose server
 // hangs (each call bounded, but a reconcile may make several) does not
 // delay another Database's failover.
 const DefaultDatabaseWorkers = 4

@@ -135,10 +135,12 @@ type NamespacedConditions struct {
 
 var _ conditions.Factory = NamespacedConditions{}
 
+// NewCondition is the operator's OperatorCondition, condition type t.
 func (f NamespacedConditions) NewCondition(t apiv2.ConditionType) (conditions.Condition, error) {
 	return namespacedCondition{client: f.Client, key: f.Key, typ: string(t)}, nil
 }
 
+// GetNamespacedName names the operator's OperatorCondition.
 func (f NamespacedConditions) GetNamespacedName() (*types.NamespacedName, error) {
 	key := f.Key
 	return &key, nil

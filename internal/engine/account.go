@@ -100,6 +100,6 @@ func scramVerifier(password string) (string, error) {
 // replicates it) carries the password itself.
 func nativePasswordHash(password string) string {
 	first := sha1.Sum([]byte(password)) //nolint:gosec // the server's format
-	second := sha1.Sum(first[:])        //nolint:gosec
+	second := sha1.Sum(first[:])        //nolint:gosec // the server's format
 	return "*" + strings.ToUpper(hex.EncodeToString(second[:]))
 }

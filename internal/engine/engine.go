@@ -23,6 +23,7 @@ import (
 // Role is what an instance does in its replication topology.
 type Role string
 
+// The roles an instance's server can have.
 const (
 	RolePrimary Role = "primary"
 	RoleReplica Role = "replica"
@@ -205,7 +206,7 @@ type Slots struct {
 // lower-case letters, digits and underscores only.
 func SlotName(pod string) string { return strings.ReplaceAll(pod, "-", "_") }
 
-// ErrNoTimelines: the engine keeps no timeline history (MySQL, MariaDB).
+// ErrNoTimelines means the engine keeps no timeline history (MySQL, MariaDB).
 var ErrNoTimelines = errors.New("the engine has no timelines")
 
 // ErrDiverged means two positions cannot be ordered: each has data the

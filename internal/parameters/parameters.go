@@ -16,10 +16,10 @@ import (
 type Class string
 
 const (
-	// Reload: a running server takes it (PostgreSQL's reload,
+	// Reload means a running server takes it (PostgreSQL's reload,
 	// MySQL/MariaDB's SET GLOBAL); no restart.
 	Reload Class = "reload"
-	// Restart: the server reads it only when it starts: the
+	// Restart means the server reads it only when it starts: the
 	// operator's rolling restart (replicas first, then a switchover).
 	Restart Class = "restart"
 )

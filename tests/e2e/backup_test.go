@@ -696,7 +696,7 @@ func waitBackup(t testing.TB, ns, name string) *dbv1.Backup {
 	return b
 }
 
-func newBackup(t testing.TB, ns, name, database string, mutate ...func(*dbv1.Backup)) *dbv1.Backup {
+func newBackup(t testing.TB, ns, name, database string, mutate ...func(*dbv1.Backup)) {
 	t.Helper()
 	b := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: database}}}
 	for _, m := range mutate {
@@ -705,7 +705,6 @@ func newBackup(t testing.TB, ns, name, database string, mutate ...func(*dbv1.Bac
 	if err := k8s.Create(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	return b
 }
 
 // waitCondition waits for a Database condition with the given status and reason.

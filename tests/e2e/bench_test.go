@@ -22,7 +22,7 @@ import (
 // and the operator's work. It reports p50 and p95 over the iterations: run
 // it with `make bench-failover` (-benchtime=Nx).
 func BenchmarkFailover(b *testing.B) {
-	benchFault(b, "failover to first write", func(b *testing.B, d dialect, ns, pod string) {
+	benchFault(b, "failover to first write", func(b *testing.B, _ dialect, ns, pod string) {
 		if err := node.Down(ns, pod); err != nil {
 			b.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func BenchmarkHungServer(b *testing.B) {
 // operator's calls to it wait out their deadlines on their own worker and
 // must not delay this failover. Compare with BenchmarkFailover's figure.
 func BenchmarkFailoverBesideHungDatabase(b *testing.B) {
-	benchFault(b, "failover beside a hung Database to first write", func(b *testing.B, d dialect, ns, pod string) {
+	benchFault(b, "failover beside a hung Database to first write", func(b *testing.B, _ dialect, ns, pod string) {
 		if err := node.Down(ns, pod); err != nil {
 			b.Fatal(err)
 		}

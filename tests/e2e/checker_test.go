@@ -203,11 +203,6 @@ func (c *checker) lost(res *faultRun, final *sql.DB, from string) {
 // bench-faults`) by scenario and engine; TestMain prints it.
 var faultTable = map[[2]string][]faultRun{}
 
-func recordRun(scenario string, d dialect, r faultRun) {
-	k := [2]string{scenario, d.name()}
-	faultTable[k] = append(faultTable[k], r)
-}
-
 // printFaultTable prints the table the README keeps: per scenario and
 // engine, the runs, writes lost (all set aside when any), the longest
 // two-writer time and p50/p95 of the time to a writable -rw.

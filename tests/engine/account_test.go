@@ -208,7 +208,7 @@ func TestReplicationAccount(t *testing.T) {
 			defer c.Close(ctx)
 			var n int
 			if err := c.QueryRow(ctx, "SELECT count(*) FROM after_follow").Scan(&n); err != nil || n != 1 {
-				return fmt.Errorf("%d rows on the replica (%v)", n, err)
+				return fmt.Errorf("%d rows on the replica (%w)", n, err)
 			}
 			return streamingAs()
 		})
@@ -259,10 +259,10 @@ func TestReplicationAccount(t *testing.T) {
 			defer db.Close()
 			var n int
 			if err := db.QueryRowContext(ctx, "SELECT count(*) FROM shop.after_follow").Scan(&n); err != nil || n != 1 {
-				return fmt.Errorf("%d rows on the replica (%v)", n, err)
+				return fmt.Errorf("%d rows on the replica (%w)", n, err)
 			}
 			if u, err := masterUser(); err != nil || u != engine.ReplicationUser {
-				return fmt.Errorf("replicating as %q (%v)", u, err)
+				return fmt.Errorf("replicating as %q (%w)", u, err)
 			}
 			return nil
 		})

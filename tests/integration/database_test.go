@@ -102,12 +102,12 @@ func TestDatabaseBecomesRunning(t *testing.T) {
 
 func endpointPods(t testing.TB, ns, svc string) []string {
 	t.Helper()
-	slices_ := &discoveryv1.EndpointSliceList{}
-	if err := testEnv.client.List(context.Background(), slices_, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
+	endpointSlices := &discoveryv1.EndpointSliceList{}
+	if err := testEnv.client.List(context.Background(), endpointSlices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: svc}); err != nil {
 		t.Fatal(err)
 	}
 	var pods []string
-	for _, s := range slices_.Items {
+	for _, s := range endpointSlices.Items {
 		for _, e := range s.Endpoints {
 			if e.TargetRef != nil && e.Conditions.Ready != nil && *e.Conditions.Ready {
 				pods = append(pods, e.TargetRef.Name)

@@ -162,9 +162,9 @@ func ready(p *corev1.Pod) bool {
 	return false
 }
 
-func logs(t *testing.T, p *corev1.Pod, ctr string, previous bool) string {
+func logs(t *testing.T, p *corev1.Pod, previous bool) string {
 	t.Helper()
-	b, err := node.Logs(p.Namespace, p.Name, ctr, previous)
+	b, err := node.Logs(p.Namespace, p.Name, "main", previous)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ while true; do echo "mode=$(cat /config/mode)" > /tmp/mode; sleep 0.2; done`
 	if s := pod.Status.InitContainerStatuses; len(s) != 1 || s[0].State.Terminated == nil || s[0].State.Terminated.ExitCode != 0 {
 		t.Fatalf("init container status: %+v", s)
 	}
-	out := logs(t, pod, "main", false)
+	out := logs(t, pod, false)
 	for _, want := range []string{
 		"user=4242 groups=4242 5151 greeting=hello password=s3cret index=spec-1 name=spec-1",
 		"hostname=spec-1",
@@ -274,7 +274,7 @@ sleep infinity`
 	waitPod(t, pod, "Running", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	var out string
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !strings.Contains(out, "/work/"); time.Sleep(200 * time.Millisecond) {
-		out = logs(t, pod, "main", false)
+		out = logs(t, pod, false)
 	}
 	for _, want := range []string{"/etc/written read-only", "/tmp/written read-only", "/work/written writable"} {
 		if !strings.Contains(out, want) {
@@ -301,7 +301,7 @@ func TestCrashLoopBackOff(t *testing.T) {
 		t.Fatalf("a crash-looping pod is %s, ready %v", pod.Status.Phase, ready(pod))
 	}
 	waitEvent(t, pod, "BackOff", "Back-off restarting failed container main")
-	cur, prev := logs(t, pod, "main", false), logs(t, pod, "main", true)
+	cur, prev := logs(t, pod, false), logs(t, pod, true)
 	if !strings.HasPrefix(prev, "start ") || cur == prev {
 		t.Fatalf("previous log %q, current %q: want two different starts", prev, cur)
 	}
@@ -338,7 +338,7 @@ func TestMemoryLimit(t *testing.T) {
 		Containers: []corev1.Container{{Name: "main", Image: "debian:12", Resources: limits,
 			Command: []string{"sh", "-c", `x="$(head -c 1000000 /dev/urandom)"; echo survived`}}}})
 	waitPod(t, modest, "Succeeded", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
-	if out := logs(t, modest, "main", false); !strings.Contains(out, "survived") {
+	if out := logs(t, modest, false); !strings.Contains(out, "survived") {
 		t.Fatalf("under its limit: log %q", out)
 	}
 }
@@ -412,9 +412,9 @@ func TestClaimOutlivesPod(t *testing.T) {
 	r := newPod(t, "reader-1", spec(`cat /var/lib/data/file /var/lib/data/stop; exec sleep 1000`))
 	r = waitPod(t, r, "Ready", 30*time.Second, ready)
 	deadline = time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs(t, r, "main", false), "kept\nstopped-by-term") {
+	for !strings.Contains(logs(t, r, false), "kept\nstopped-by-term") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the next pod does not find the claim's data: %q", logs(t, r, "main", false))
+			t.Fatalf("the next pod does not find the claim's data: %q", logs(t, r, false))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -443,14 +443,14 @@ fill; while [ ! -e /tmp/again ]; do sleep 0.2; done; fill; exec sleep 1000`},
 		deadline := time.Now().Add(60 * time.Second)
 		for !cond() {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; log: %q", what, logs(t, pod, "main", false))
+				t.Fatalf("timed out waiting for %s; log: %q", what, logs(t, pod, false))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	pod = waitPod(t, pod, "Running", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	eventually("the first fill", func() bool { return strings.Contains(logs(t, pod, "main", false), "full at") })
-	if out := logs(t, pod, "main", false); strings.Contains(out, "wrote all") {
+	eventually("the first fill", func() bool { return strings.Contains(logs(t, pod, false), "full at") })
+	if out := logs(t, pod, false); strings.Contains(out, "wrote all") {
 		t.Fatalf("48 MiB fit on a 32 MiB claim: %q", out)
 	}
 	// Grow the claim to 128 MiB, as the operator's resize does.
@@ -488,8 +488,8 @@ fill; while [ ! -e /tmp/again ]; do sleep 0.2; done; fill; exec sleep 1000`},
 	if _, err := node.Exec(ns, "filler", "main", []string{"touch", "/tmp/again"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually("the second fill", func() bool { return strings.Count(logs(t, pod, "main", false), "\n") >= 2 })
-	if out := logs(t, pod, "main", false); !strings.HasSuffix(out, "wrote all\n") {
+	eventually("the second fill", func() bool { return strings.Count(logs(t, pod, false), "\n") >= 2 })
+	if out := logs(t, pod, false); !strings.HasSuffix(out, "wrote all\n") {
 		t.Fatalf("48 MiB did not fit once the claim grew to 128 MiB: %q", out)
 	}
 }

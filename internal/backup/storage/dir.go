@@ -79,7 +79,7 @@ func (d *dirStore) checkRoot() error {
 	return nil
 }
 
-func (d *dirStore) check(ctx context.Context) error {
+func (d *dirStore) check(_ context.Context) error {
 	if err := d.checkRoot(); err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (d *dirStore) Put(ctx context.Context, key string, r io.Reader) (n int64, e
 				return n, d.fsError(what, werr)
 			}
 		}
-		if rerr == io.EOF {
+		if errors.Is(rerr, io.EOF) {
 			break
 		}
 		if rerr != nil {

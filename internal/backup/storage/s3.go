@@ -50,7 +50,7 @@ type s3Store struct {
 // NewS3 returns the store of an S3 bucket. It validates the configuration
 // (an empty bucket, endpoint or key names the field) without any request:
 // Check reaches the endpoint.
-func NewS3(ctx context.Context, cfg S3Config) (Store, error) {
+func NewS3(_ context.Context, cfg S3Config) (Store, error) {
 	var missing []string
 	for _, f := range []struct{ name, v string }{
 		{"endpoint", cfg.Endpoint}, {"bucket", cfg.Bucket},
@@ -326,7 +326,7 @@ type s3Reader struct {
 
 func (r *s3Reader) Read(p []byte) (int, error) {
 	n, err := r.obj.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		err = r.s.s3Error(r.loc, "downloading", err)
 	}
 	return n, err

@@ -14,8 +14,9 @@ import (
 // ReasonAuditImageChange is the audit Event of a spec.image change.
 const ReasonAuditImageChange = "AuditImageChange"
 
-// ImagePolicy: spec.image replaces the image the engine and version select,
-// and whatever it names runs with the data and the superuser's password.
+// ImagePolicy is the rule on spec.image. The image replaces the one the
+// engine and version select, and whatever it names runs with the data and
+// the superuser's password.
 // Every change is recorded with the user who made it; with allowed
 // prefixes (the manager's --allowed-image-prefixes) an image outside them
 // is refused. An image that did not change is not judged again.

@@ -216,7 +216,7 @@ func TestCheckImagePrefixes(t *testing.T) {
 
 // TestExtraRules: rules added after the built-in ones run too.
 func TestExtraRules(t *testing.T) {
-	refuse := func(_ context.Context, _, d *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
+	refuse := func(_ context.Context, _, _ *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
 		return nil, field.ErrorList{field.Required(field.NewPath("spec", "backup"), "name a Secret that exists")}, nil
 	}
 	v := &DatabaseValidator{Rules: append(DefaultRules(), refuse)}

@@ -138,7 +138,7 @@ func newSampleValidator(v *apiextv1.CustomResourceDefinitionVersion) (*sampleVal
 	}
 	structural, err := schema.NewStructural(&internal)
 	if err != nil {
-		return nil, fmt.Errorf("the schema is not structural: %v", err)
+		return nil, fmt.Errorf("the schema is not structural: %w", err)
 	}
 	return &sampleValidator{schema: validator, structural: structural, cel: cel.NewValidator(structural, true, celconfig.PerCallLimit)}, nil
 }

@@ -95,11 +95,11 @@ func runTest(bundle string, test scapi.TestConfiguration, env []string) ([]scapi
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v: %s", strings.Join(test.Entrypoint, " "), err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%s: %w: %s", strings.Join(test.Entrypoint, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	var status scapi.TestStatus
 	if err := json.Unmarshal(out, &status); err != nil {
-		return nil, fmt.Errorf("%s printed no TestStatus: %v", strings.Join(test.Entrypoint, " "), err)
+		return nil, fmt.Errorf("%s printed no TestStatus: %w", strings.Join(test.Entrypoint, " "), err)
 	}
 	if len(status.Results) == 0 {
 		return nil, fmt.Errorf("%s reported no result", strings.Join(test.Entrypoint, " "))

@@ -112,7 +112,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	c = &Cluster{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
 	defer func() {
 		if err != nil {
-			_ = c.Stop()
+			c.Stop()
 			c = nil
 		}
 	}()
@@ -283,15 +283,14 @@ func (c *Cluster) start(name, bin string, args, env []string) error {
 
 // Stop stops every component, newest first, and waits for each to exit.
 // It is safe to call more than once.
-func (c *Cluster) Stop() error {
+func (c *Cluster) Stop() {
 	if c == nil {
-		return nil
+		return
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		_ = c.procs[i].stop(10 * time.Second)
+		c.procs[i].stop(10 * time.Second)
 	}
 	c.procs = nil
-	return nil
 }
 
 // RestartAPIServer stops kube-apiserver, leaves it down for down (clients
@@ -334,9 +333,7 @@ func (c *Cluster) restart(name string, down time.Duration) (*process, error) {
 		if p.name != name {
 			continue
 		}
-		if err := p.stop(10 * time.Second); err != nil {
-			return nil, err
-		}
+		p.stop(10 * time.Second)
 		time.Sleep(down)
 		np, err := startProcess(c.Dir, p.name, p.bin, p.args, p.env)
 		if err != nil {
@@ -372,7 +369,7 @@ func (c *Cluster) writeKubeconfig(server string) error {
 func (c *Cluster) writeStages(stageDir string, keepRunning []string) (string, error) {
 	files, err := filepath.Glob(filepath.Join(stageDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return "", fmt.Errorf("no kwok stages in %s: %v", stageDir, err)
+		return "", fmt.Errorf("no kwok stages in %s: %w", stageDir, err)
 	}
 	var docs []string
 	for _, f := range files {

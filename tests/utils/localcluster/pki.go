@@ -107,12 +107,12 @@ func keyPEM(k crypto.Signer) ([]byte, error) {
 }
 
 // write stores the pair as <dir>/<name>.crt and <dir>/<name>.key.
-func (kp *keyPair) write(dir, name string) error {
-	k, err := keyPEM(kp.key)
+func (ca *keyPair) write(dir, name string) error {
+	k, err := keyPEM(ca.key)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, name+".crt"), certPEM(kp.cert), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".crt"), certPEM(ca.cert), 0o644); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, name+".key"), k, 0o600)

@@ -56,16 +56,16 @@ func startProcess(dir, name, bin string, args []string, env []string) (*process,
 func (p *process) exited() (bool, error) {
 	select {
 	case <-p.done:
-		return true, fmt.Errorf("%s exited: %v (see %s)", p.name, p.err, p.log.Name())
+		return true, fmt.Errorf("%s exited: %w (see %s)", p.name, p.err, p.log.Name())
 	default:
 		return false, nil
 	}
 }
 
 // stop sends SIGTERM to the process group, waits up to grace, then kills it.
-func (p *process) stop(grace time.Duration) error {
+func (p *process) stop(grace time.Duration) {
 	if done, _ := p.exited(); done {
-		return nil
+		return
 	}
 	pgid := p.cmd.Process.Pid
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
@@ -77,7 +77,6 @@ func (p *process) stop(grace time.Duration) error {
 	}
 	// Anything left in the group (grandchildren) goes too.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	return nil
 }
 
 // waitFor polls check every interval until it returns nil, the context ends,
@@ -97,7 +96,7 @@ func waitFor(ctx context.Context, what string, procs []*process, check func(cont
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), last)
+			return fmt.Errorf("waiting for %s: %w (last error: %w)", what, ctx.Err(), last)
 		case <-tick.C:
 		}
 	}

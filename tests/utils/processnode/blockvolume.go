@@ -75,7 +75,7 @@ func growVolume(ctx context.Context, path string, size int64) error {
 	out, err := exec.CommandContext(ctx, "losetup", "-j", img).Output()
 	dev, _, _ := strings.Cut(string(out), ":")
 	if err != nil || dev == "" {
-		return fmt.Errorf("finding the loop device of %s: %v", img, err)
+		return fmt.Errorf("finding the loop device of %s: %w", img, err)
 	}
 	if err := run(ctx, "losetup", "-c", dev); err != nil {
 		return err

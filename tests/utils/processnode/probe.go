@@ -134,7 +134,9 @@ func (w *podWorker) runProbe(ctx context.Context, c *ctrState, p *corev1.Probe) 
 			return nil
 		case <-ctx.Done():
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
+			if err := <-done; err != nil {
+				return fmt.Errorf("probe timed out after %s (%w)", timeout, err)
+			}
 			return fmt.Errorf("probe timed out after %s", timeout)
 		}
 	case p.TCPSocket != nil:

@@ -224,7 +224,7 @@ func MasterUser(ctx context.Context, c *sql.DB) (string, error) {
 	defer rows.Close()
 	cols, err := rows.Columns()
 	if err != nil || !rows.Next() {
-		return "", fmt.Errorf("no replica status (%v)", err)
+		return "", fmt.Errorf("no replica status (%w)", err)
 	}
 	vals := make([]sql.RawBytes, len(cols))
 	ptrs := make([]any, len(cols))

@@ -6,8 +6,6 @@ package testservers
 
 import (
 	"context"
-	dbv1 "example.com/database-operator/api/v1"
-	"example.com/database-operator/internal/engine"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // server is one running database process.
@@ -82,17 +83,6 @@ func asUser(cmd *exec.Cmd, u *user.User, home string) {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
 	cmd.Env = append(os.Environ(), "HOME="+home, "LC_ALL=C.UTF-8")
-}
-
-// run runs a setup command and fails the test with its output on error.
-func run(t testing.TB, u *user.User, home string, env []string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	asUser(cmd, u, home)
-	cmd.Env = append(cmd.Env, env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-	}
 }
 
 // start runs the server process (with env added to the test's own),
