@@ -87,7 +87,7 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Stop() })
+	t.Cleanup(c.Stop)
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextv1.AddToScheme, dbv1.AddToScheme, apiv2.AddToScheme} {
 		if err := add(scheme); err != nil {
