@@ -91,7 +91,10 @@ verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl ap
 	out=$$(IMG=registry.example/team/manager:v9 hack/deploy.sh render) && \
 	[[ $$(grep -c 'registry.example/team/manager:v9' <<<"$$out") -eq 2 && $$out != *controller:latest* ]] || \
 		{ echo "make deploy's overlay does not put IMG in the manager's image and RELATED_IMAGE_MANAGER"; exit 1; }; \
-	echo "make deploy overlay          IMG in image and RELATED_IMAGE_MANAGER"
+	echo "make deploy overlay          IMG in image and RELATED_IMAGE_MANAGER"; \
+	app=$$(awk '$$1 == "path:" {print $$2}' config/argocd/application.yaml) && [[ -n "$$app" ]] && \
+		$$K kustomize "$$app" >/dev/null || { echo "config/argocd/application.yaml: its path $$app does not build"; exit 1; }; \
+	echo "Argo CD Application          $$app builds"
 
 GENERATED := api config bundle bundle.Dockerfile catalog
 
@@ -123,6 +126,10 @@ vuln: ## The vulnerability gate: govulncheck on the shipped binaries' code (the 
 .PHONY: lint
 lint: ## golangci-lint (built from hack/tools/lint, pinned) with .golangci.yml over the main module; in make test.
 	@L=$$(hack/build-tools.sh lint); "$$L/golangci-lint" run ./...
+
+.PHONY: actionlint
+actionlint: ## Check the GitHub Actions workflow (.github/workflows) with actionlint, built from hack/tools/actionlint; in make test.
+	@A=$$(hack/build-tools.sh actionlint); "$$A/actionlint" -color=false && echo "actionlint: $$(ls .github/workflows | wc -l) workflow(s) clean"
 
 .PHONY: build
 build: ## Build the operator binary into bin/.
@@ -163,7 +170,7 @@ undeploy: ## Remove what `make deploy` installed (the CRDs too, and with them ev
 ##@ Tests
 
 .PHONY: test
-test: verify-generated verify-kustomize vet lint vuln test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
+test: verify-generated verify-kustomize vet lint actionlint vuln test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).

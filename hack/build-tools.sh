@@ -18,6 +18,8 @@
 #        beside it, from golang.org/x/vulndb's data/osv) and prints the dir
 #        hack/build-tools.sh lint
 #        builds golangci-lint and prints its bin dir
+#        hack/build-tools.sh actionlint
+#        builds actionlint and prints its bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -77,6 +79,16 @@ if [[ "${1:-}" == vuln ]]; then
 		"$bin/indexdb" -vulns "$src" -out "$bin/vulndb.tmp"
 		mv "$bin/vulndb.tmp" "$bin/vulndb"
 	fi
+	echo "$bin"
+	exit 0
+fi
+
+# The workflow checker, keyed by its version.
+if [[ "${1:-}" == actionlint ]]; then
+	al_ver="$(modver actionlint github.com/rhysd/actionlint)"
+	bin="$cache/bin/actionlint-$al_ver"
+	mkdir -p "$bin"
+	build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint "-X github.com/rhysd/actionlint.version=$al_ver"
 	echo "$bin"
 	exit 0
 fi

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -173,7 +174,9 @@ func WriteLayout(dir string, images map[string]v1.Image) error {
 }
 
 // Push writes the image to ref; insecure allows a plain-HTTP registry
-// (the in-process one on loopback in tests).
+// (the in-process one on loopback in tests). Credentials come from the
+// Docker configuration (~/.docker/config.json, as CI's login writes it);
+// without one the push is anonymous.
 func Push(img v1.Image, ref string, insecure bool) error {
 	var opts []name.Option
 	if insecure {
@@ -183,5 +186,5 @@ func Push(img v1.Image, ref string, insecure bool) error {
 	if err != nil {
 		return err
 	}
-	return remote.Write(r, img)
+	return remote.Write(r, img, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 }
