@@ -481,8 +481,10 @@ type localServer struct {
 	cfg Config
 	// loaded is the certificate and key the server was last asked to
 	// load (their digest; empty until the first check); failedAt is when
-	// a reload last failed (tried again a while later, not every check).
+	// a reload last failed (tried again a while later, not every check);
+	// stamp is the files' modification times when last read.
 	loaded   string
+	stamp    string
 	failedAt time.Time
 }
 
@@ -520,9 +522,16 @@ func (l *localServer) reloadRenewed(ctx context.Context, inst engine.Instance) {
 	if l.cfg.TLSDir == "" {
 		return
 	}
+	files := []string{filepath.Join(l.cfg.TLSDir, "tls.crt"), filepath.Join(l.cfg.TLSDir, "tls.key")}
+	// The modification times first: the files are read only when they
+	// were rewritten, not at every check.
+	stamp := filesStamp(files...)
+	if stamp == l.stamp || time.Since(l.failedAt) < reloadRetry {
+		return
+	}
 	h := sha256.New()
-	for _, f := range []string{"tls.crt", "tls.key"} {
-		b, err := os.ReadFile(filepath.Join(l.cfg.TLSDir, f))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			l.cfg.Log.Error(err, "reading the server certificate")
 			return
@@ -530,18 +539,30 @@ func (l *localServer) reloadRenewed(ctx context.Context, inst engine.Instance) {
 		h.Write(b)
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
-	if digest == l.loaded || time.Since(l.failedAt) < reloadRetry {
-		return
+	if digest != l.loaded {
+		if err := inst.ReloadTLS(ctx); err != nil {
+			l.failedAt = time.Now()
+			l.cfg.Log.Error(err, "reloading the server certificate; trying again later", "retryIn", reloadRetry.String())
+			return
+		}
+		if l.loaded != "" {
+			l.cfg.Log.Info("server certificate reloaded: it was renewed", "digest", digest[:12])
+		}
 	}
-	if err := inst.ReloadTLS(ctx); err != nil {
-		l.failedAt = time.Now()
-		l.cfg.Log.Error(err, "reloading the server certificate; trying again later", "retryIn", reloadRetry.String())
-		return
+	l.loaded, l.stamp = digest, stamp
+}
+
+// filesStamp is the modification times of files ("" for one that cannot
+// be read): it changes when the kubelet rewrites a mounted Secret.
+func filesStamp(files ...string) string {
+	var b strings.Builder
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			b.WriteString(fi.ModTime().String())
+		}
+		b.WriteByte('/')
 	}
-	if l.loaded != "" {
-		l.cfg.Log.Info("server certificate reloaded: it was renewed", "digest", digest[:12])
-	}
-	l.loaded = digest
+	return b.String()
 }
 
 // guardLoop enforces the rule: a server that takes writes, or last did and

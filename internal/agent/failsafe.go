@@ -238,12 +238,7 @@ type certFiles struct {
 
 func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	certFile, keyFile := filepath.Join(c.dir, "tls.crt"), filepath.Join(c.dir, "tls.key")
-	stamp := ""
-	for _, f := range []string{certFile, keyFile} {
-		if fi, err := os.Stat(f); err == nil {
-			stamp += fi.ModTime().String() + "/"
-		}
-	}
+	stamp := filesStamp(certFile, keyFile)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loaded != nil && stamp == c.stamp {

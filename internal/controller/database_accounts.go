@@ -127,30 +127,14 @@ func (r *DatabaseReconciler) keepAccount(ctx context.Context, db *dbv1.Database,
 		obs.requeueWithin(appAccountRetry)
 		return nil
 	}
-	primary := primaryName(db, obs)
 	pods, err := r.instancePods(ctx, db, obs)
 	if err != nil {
 		return err
 	}
-	var pod *corev1.Pod
-	for i := range pods {
-		if pods[i].Name == primary && podReady(&pods[i]) {
-			pod = &pods[i]
-		}
-	}
-	if pod == nil {
-		return notYet("no ready primary")
-	}
-	inst, err := obs.instances.get(ctx, pod)
+	// Never written through a fence.
+	pod, inst, st, err := writablePrimary(ctx, db, obs, pods)
 	if err != nil {
 		return notYet(err.Error())
-	}
-	st, err := inst.Status(ctx)
-	if err != nil {
-		return notYet(err.Error())
-	}
-	if !st.Writable() {
-		return notYet(pod.Name + " does not serve writes") // never write through a fence
 	}
 	if k := int(db.Spec.SynchronousReplicas()); st.SyncReplicas < k {
 		// The statement would wait for them, holding MariaDB's privilege

@@ -155,48 +155,12 @@ func (r *DatabaseReconciler) upToDate(ctx context.Context, want *unstructured.Un
 func contains(live, want any) bool {
 	switch w := want.(type) {
 	case map[string]any:
-		l, ok := live.(map[string]any)
-		if !ok {
-			return len(w) == 0 && live == nil
-		}
-		for k, wv := range w {
-			lv, present := l[k]
-			if !present {
-				if isEmpty(wv) {
-					continue
-				}
-				return false
-			}
-			if !contains(lv, wv) {
-				return false
-			}
-		}
-		return true
+		return containsMap(live, w)
 	case []any:
-		l, ok := live.([]any)
-		if !ok {
-			return len(w) == 0 && live == nil
-		}
-		if len(l) != len(w) {
-			return false
-		}
-		for i := range w {
-			if !contains(l[i], w[i]) {
-				return false
-			}
-		}
-		return true
+		return containsList(live, w)
 	case string:
 		l, ok := live.(string)
-		if !ok {
-			return false
-		}
-		if l == w {
-			return true
-		}
-		lq, err1 := resource.ParseQuantity(l)
-		wq, err2 := resource.ParseQuantity(w)
-		return err1 == nil && err2 == nil && lq.Cmp(wq) == 0
+		return ok && equalStrings(l, w)
 	case nil:
 		return isEmpty(live)
 	default:
@@ -206,6 +170,57 @@ func contains(live, want any) bool {
 		}
 		return live == want
 	}
+}
+
+// containsMap: live is a map holding every field of want; an empty value
+// in want matches an absent one.
+func containsMap(live any, want map[string]any) bool {
+	l, ok := live.(map[string]any)
+	if !ok {
+		return len(want) == 0 && live == nil
+	}
+	for k, wv := range want {
+		lv, present := l[k]
+		if !present {
+			if isEmpty(wv) {
+				continue
+			}
+			return false
+		}
+		if !contains(lv, wv) {
+			return false
+		}
+	}
+	return true
+}
+
+// containsList: live is a list as long as want, each item containing
+// want's.
+func containsList(live any, want []any) bool {
+	l, ok := live.([]any)
+	if !ok {
+		return len(want) == 0 && live == nil
+	}
+	if len(l) != len(want) {
+		return false
+	}
+	for i := range want {
+		if !contains(l[i], want[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// equalStrings compares strings, and quantities by value ("1Gi" ==
+// "1024Mi").
+func equalStrings(live, want string) bool {
+	if live == want {
+		return true
+	}
+	lq, err1 := resource.ParseQuantity(live)
+	wq, err2 := resource.ParseQuantity(want)
+	return err1 == nil && err2 == nil && lq.Cmp(wq) == 0
 }
 
 func number(v any) (float64, bool) {

@@ -113,12 +113,8 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		}
 		return ctrl.Result{RequeueAfter: again}, nil
 	}
-	if !controllerutil.ContainsFinalizer(db, Finalizer) {
-		patch := client.MergeFrom(db.DeepCopy())
-		controllerutil.AddFinalizer(db, Finalizer)
-		if err := r.Patch(ctx, db, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
+	if err := r.ensureFinalizer(ctx, db); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	obs := &observed{}
@@ -178,13 +174,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if obs.waiting != "" {
 		obs.requeueWithin(time.Second)
 	}
-	if db.Status.Phase != st.Phase {
-		typ := corev1.EventTypeNormal
-		if st.Phase == dbv1.PhaseDegraded || st.Phase == dbv1.PhaseFailed {
-			typ = corev1.EventTypeWarning
-		}
-		r.event(db, typ, "Phase"+string(st.Phase), "Status", "Database is %s", st.Phase)
-	}
+	r.reportPhase(db, st.Phase)
 	if err := r.writeStatus(ctx, db, st); err != nil {
 		if !apierrors.IsConflict(err) {
 			return ctrl.Result{}, errors.Join(obs.err, fmt.Errorf("writing status: %w", err))
@@ -194,6 +184,33 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		obs.requeueWithin(time.Second)
 	}
 	return ctrl.Result{RequeueAfter: obs.requeue}, obs.err
+}
+
+// ensureFinalizer adds the finalizer that lets the operator clean up
+// (and keep what deletionPolicy keeps) before the Database goes.
+func (r *DatabaseReconciler) ensureFinalizer(ctx context.Context, db *dbv1.Database) error {
+	if controllerutil.ContainsFinalizer(db, Finalizer) {
+		return nil
+	}
+	patch := client.MergeFrom(db.DeepCopy())
+	controllerutil.AddFinalizer(db, Finalizer)
+	if err := r.Patch(ctx, db, patch); err != nil {
+		return fmt.Errorf("adding finalizer: %w", err)
+	}
+	return nil
+}
+
+// reportPhase emits an Event when the Database's phase changes: a Warning
+// into Degraded or Failed.
+func (r *DatabaseReconciler) reportPhase(db *dbv1.Database, phase dbv1.Phase) {
+	if db.Status.Phase == phase {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if phase == dbv1.PhaseDegraded || phase == dbv1.PhaseFailed {
+		typ = corev1.EventTypeWarning
+	}
+	r.event(db, typ, "Phase"+string(phase), "Status", "Database is %s", phase)
 }
 
 // reconcileObjects renders the chart, applies what changed and prunes what

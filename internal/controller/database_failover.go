@@ -37,11 +37,9 @@ func (r *DatabaseReconciler) now() time.Time {
 // (the old primary fenced first if it can be reached), the role labels move
 // with status.currentPrimary, and the other replicas follow the new primary.
 func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	if r.Instances == nil || db.Spec.Replicas < 2 || (db.Spec.Failover.Enabled != nil && !*db.Spec.Failover.Enabled) || obs.promoted != "" {
-		return nil // obs.promoted: the primary record was repaired this reconcile
-	}
-	// Only a Database that has had a serving primary can lose it.
-	if db.Status.CurrentPrimary == "" {
+	// Only a Database that has had a serving primary can lose it;
+	// obs.promoted: the primary record was repaired this reconcile.
+	if r.Instances == nil || !failoverEnabled(db) || db.Status.CurrentPrimary == "" || obs.promoted != "" {
 		return nil
 	}
 	pods, err := r.instancePods(ctx, db, obs)
@@ -49,12 +47,7 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		return err
 	}
 	primary := db.Status.CurrentPrimary
-	var primaryPod *corev1.Pod
-	for i := range pods {
-		if pods[i].Name == primary {
-			primaryPod = &pods[i]
-		}
-	}
+	primaryPod := podNamed(pods, primary)
 	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
 		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
 		if db.Spec.Failover.MaxLag != nil {
@@ -66,13 +59,8 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	if err != nil {
 		return err
 	}
-	if primaryPod != nil {
-		if inst, err := obs.instances.get(ctx, primaryPod); err == nil {
-			st, err := inst.Status(ctx)
-			if err == nil && st.Writable() {
-				return nil // the pod is unready but the server still serves writes
-			}
-		}
+	if stillWritable(ctx, obs, primaryPod) {
+		return nil // the pod is unready but the server still serves writes
 	}
 
 	now := r.now()
@@ -90,145 +78,263 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	return r.failover(ctx, db, obs, pods, primaryPod, repl)
 }
 
+// failoverEnabled: db has replicas to fail over to and spec.failover does
+// not turn it off.
+func failoverEnabled(db *dbv1.Database) bool {
+	return db.Spec.Replicas >= 2 && (db.Spec.Failover.Enabled == nil || *db.Spec.Failover.Enabled)
+}
+
+// stillWritable: the server of pod answers as a writable primary.
+func stillWritable(ctx context.Context, obs *observed, pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	inst, err := obs.instances.get(ctx, pod)
+	if err != nil {
+		return false
+	}
+	st, err := inst.Status(ctx)
+	return err == nil && st.Writable()
+}
+
 type candidate struct {
 	pod    *corev1.Pod
 	inst   engine.Instance
 	status engine.Status
 }
 
+// failoverRun is one attempt at a failover: what its steps learn, in order.
+type failoverRun struct {
+	r          *DatabaseReconciler
+	db         *dbv1.Database
+	obs        *observed
+	primary    string
+	primaryPod *corev1.Pod
+	pods       []corev1.Pod
+	repl       engine.Credentials
+
+	cands       []candidate
+	unreachable []string
+	best        candidate
+	why         string
+	fenced      bool
+	rec         *dbv1.FailoverRecord
+}
+
+// failover promotes the best replica in named steps, each logged and
+// reported in an Event (Failover<Step>): survey the replicas, choose one,
+// fence the old primary, take the Lease, clear the failsafe, record the
+// new primary, promote it, keep its slots and re-point the others. Up to
+// the record a step may wait (the Lease of an unreachable primary has not
+// expired) and the next reconcile starts again from the survey; from the
+// record on it only rolls forward.
 func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, repl engine.Credentials) error {
-	logger := log.FromContext(ctx)
-	primary := db.Status.CurrentPrimary
-	var cands []candidate
-	var unreachable []string
 	// Sort a copy: primaryPod points into the caller's slice.
 	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	for i := range pods {
-		pod := &pods[i]
-		if pod.Name == primary || !pod.DeletionTimestamp.IsZero() {
+	f := &failoverRun{r: r, db: db, obs: obs, primary: db.Status.CurrentPrimary, primaryPod: primaryPod, pods: pods, repl: repl}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("primary", f.primary))
+	return r.runSteps(ctx, db, obs, "Failover", []haStep{
+		{name: "ReplicasSurveyed", run: func() (stepOutcome, error) { return f.survey(ctx) }},
+		{name: "CandidateChosen", run: func() (stepOutcome, error) { return f.choose(ctx) }},
+		{name: "OldPrimaryFenced", run: func() (stepOutcome, error) { return f.fence(ctx) }},
+		{name: "LeaseTaken", run: func() (stepOutcome, error) { return f.takeLease(ctx) }},
+		{name: "FailsafeCleared", run: func() (stepOutcome, error) { return f.clearFailsafe(ctx) }},
+		{name: "Recorded", run: func() (stepOutcome, error) { return f.record(ctx) }},
+		{name: "Promoted", run: func() (stepOutcome, error) { return f.promote(ctx) }},
+		{name: "SlotsKept", run: func() (stepOutcome, error) { return f.keepSlots(ctx) }},
+		{name: "ReplicasRepointed", run: func() (stepOutcome, error) { return f.repoint(ctx) }},
+	})
+}
+
+// survey asks every replica where it stands. A replica already promoted
+// (by an earlier reconcile whose status write was lost) is the primary:
+// never promote a second one. With synchronous replication, too few
+// answers could mean promoting one that lacks acknowledged writes.
+func (f *failoverRun) survey(ctx context.Context) (stepOutcome, error) {
+	for i := range f.pods {
+		pod := &f.pods[i]
+		if pod.Name == f.primary || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		inst, err := obs.instances.get(ctx, pod)
+		inst, err := f.obs.instances.get(ctx, pod)
 		if err != nil {
-			unreachable = append(unreachable, pod.Name)
+			f.unreachable = append(f.unreachable, pod.Name)
 			continue
 		}
 		st, err := inst.Status(ctx)
 		if err != nil {
-			unreachable = append(unreachable, pod.Name)
+			f.unreachable = append(f.unreachable, pod.Name)
 			continue
 		}
-		cands = append(cands, candidate{pod: pod, inst: inst, status: st})
+		f.cands = append(f.cands, candidate{pod: pod, inst: inst, status: st})
 	}
-	// A replica already promoted (by an earlier reconcile whose status write
-	// was lost) is the primary: never promote a second one.
-	for _, c := range cands {
+	for _, c := range f.cands {
 		if c.status.Writable() {
-			obs.promoted = c.pod.Name
-			logger.Info("a replica already serves as primary; adopting it", "pod", c.pod.Name)
-			return nil
+			f.obs.promoted = c.pod.Name
+			return stepOutcome{did: fmt.Sprintf("%s already serves as the primary (an earlier promotion whose record was lost); adopting it", c.pod.Name), stop: true}, nil
 		}
 	}
-	if need, seen := synchronousQuorum(db, pods, cands); seen < need {
-		r.event(db, corev1.EventTypeWarning, "SynchronousStandbysUnreachable", "Failover",
+	if need, seen := synchronousQuorum(f.db, f.pods, f.cands); seen < need {
+		f.r.event(f.db, corev1.EventTypeWarning, "SynchronousStandbysUnreachable", "Failover",
 			"Primary %s failed; not promoting: synchronous replication acknowledged each write once %d replica(s) held it, so only the furthest of %d replicas is sure to hold every acknowledged write, and %d answer (unreachable: %v)",
-			primary, db.Spec.SynchronousReplicas(), need, seen, unreachable)
-		obs.requeueWithin(primarySampleInterval)
-		return fmt.Errorf("primary %s failed and only %d of the %d replicas synchronous replication needs answer, so a promotion could lose acknowledged writes (unreachable: %v)",
-			primary, seen, need, unreachable)
+			f.primary, f.db.Spec.SynchronousReplicas(), need, seen, f.unreachable)
+		f.obs.requeueWithin(primarySampleInterval)
+		return stepOutcome{}, fmt.Errorf("primary %s failed and only %d of the %d replicas synchronous replication needs answer, so a promotion could lose acknowledged writes (unreachable: %v)",
+			f.primary, seen, need, f.unreachable)
 	}
+	return done(fmt.Sprintf("%d replicas answer (unreachable: %v)", len(f.cands), f.unreachable)), nil
+}
+
+// choose picks the replica with the furthest position, within
+// spec.failover.maxLag of the primary's last seen position when set.
+func (f *failoverRun) choose(ctx context.Context) (stepOutcome, error) {
 	var bound *lagBound
-	if db.Spec.Failover.MaxLag != nil {
-		last, ok := r.lastPrimaryPosition(ctx, db)
+	if f.db.Spec.Failover.MaxLag != nil {
+		last, ok := f.r.lastPrimaryPosition(ctx, f.db)
 		if !ok {
-			r.event(db, corev1.EventTypeWarning, "LagBoundUnchecked", "Failover",
-				"spec.failover.maxLag cannot be checked: the operator has seen no position of primary %s since it started", primary)
+			f.r.event(f.db, corev1.EventTypeWarning, "LagBoundUnchecked", "Failover",
+				"spec.failover.maxLag cannot be checked: the operator has seen no position of primary %s since it started", f.primary)
 		} else {
-			bound = &lagBound{primary: last, max: *db.Spec.Failover.MaxLag}
+			bound = &lagBound{primary: last, max: *f.db.Spec.Failover.MaxLag}
 		}
 	}
-	best, why, err := chooseCandidate(cands, bound)
+	best, why, err := chooseCandidate(f.cands, bound)
 	if err != nil {
 		if bound != nil {
-			obs.requeueWithin(primarySampleInterval)
+			f.obs.requeueWithin(primarySampleInterval)
 		}
-		return fmt.Errorf("primary %s failed and %w (unreachable: %v)", primary, err, unreachable)
+		return stepOutcome{}, fmt.Errorf("primary %s failed and %w (unreachable: %v)", f.primary, err, f.unreachable)
 	}
+	f.best, f.why = best, why
+	return done(why), nil
+}
 
-	fenced := false
-	if primaryPod != nil {
-		// Fence what may still run of the old primary, so it takes no write
-		// once another is promoted. Unreachable is the usual case.
-		if inst, err := obs.instances.get(ctx, primaryPod); err == nil {
-			if err := inst.Fence(ctx); err != nil {
-				return fmt.Errorf("fencing old primary %s before promotion: %w", primary, err)
-			}
-			fenced = true
-			r.catchUpWithFenced(ctx, db, inst, best, primary)
-		}
+// fence stops what may still run of the old primary, so it takes no write
+// once another is promoted, and lets the candidate catch up with it.
+// Unreachable is the usual case: then its agent, unable to renew the
+// Lease, stops it, and the Lease moves only once it has expired.
+func (f *failoverRun) fence(ctx context.Context) (stepOutcome, error) {
+	if f.primaryPod == nil {
+		return done(fmt.Sprintf("%s has no pod: nothing to fence", f.primary)), nil
 	}
-	// An old primary that could not be fenced may still take writes until
-	// its agent, unable to renew the Lease, stops it: the Lease moves only
-	// once it has expired.
-	left, err := r.takeLease(ctx, db, best.pod.Name, fenced)
+	inst, err := f.obs.instances.get(ctx, f.primaryPod)
 	if err != nil {
-		return err
+		return done(fmt.Sprintf("%s cannot be reached (%v): its agent stops it once it cannot renew the Lease", f.primary, err)), nil
+	}
+	if err := inst.Fence(ctx); err != nil {
+		return stepOutcome{}, fmt.Errorf("fencing old primary %s before promotion: %w", f.primary, err)
+	}
+	f.fenced = true
+	f.r.catchUpWithFenced(ctx, f.db, inst, f.best, f.primary)
+	return done(fmt.Sprintf("%s takes no more writes", f.primary)), nil
+}
+
+// takeLease hands the primary Lease to the candidate: at once when the
+// old primary is fenced, otherwise once the old holder's Lease expired.
+func (f *failoverRun) takeLease(ctx context.Context) (stepOutcome, error) {
+	left, err := f.r.takeLease(ctx, f.db, f.best.pod.Name, f.fenced)
+	if err != nil {
+		return stepOutcome{}, err
 	}
 	if left > 0 {
-		logger.Info("waiting for the primary Lease of the unreachable primary to expire before promoting", "primary", primary, "candidate", best.pod.Name, "left", left)
-		obs.requeueWithin(left)
-		return nil
+		return stepOutcome{did: fmt.Sprintf("the primary Lease of unreachable %s has not expired", f.primary), wait: left}, nil
 	}
-	hold, err := r.failsafeHold(ctx, obs, best.pod, repl)
+	return done(fmt.Sprintf("the primary Lease names %s", f.best.pod.Name)), nil
+}
+
+// clearFailsafe waits while the candidate may have confirmed the old
+// primary to its agent when the API server was away.
+func (f *failoverRun) clearFailsafe(ctx context.Context) (stepOutcome, error) {
+	hold, err := f.r.failsafeHold(ctx, f.obs, f.best.pod, f.repl)
 	if err != nil {
-		return err
+		return stepOutcome{}, err
 	}
 	if hold > 0 {
-		logger.Info("waiting: the candidate confirmed the old primary to its agent while the API server was away", "primary", primary, "candidate", best.pod.Name, "left", hold)
-		obs.requeueWithin(hold)
-		return nil
+		return stepOutcome{did: fmt.Sprintf("%s confirmed %s to its agent while the API server was away", f.best.pod.Name, f.primary), wait: hold}, nil
 	}
-	r.event(db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", primary, best.pod.Name, why)
-	record := &dbv1.FailoverRecord{
-		Time: metav1.Time{Time: r.now()}, From: primary, To: best.pod.Name,
-		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(db), why),
-	}
-	if err := r.recordFailover(ctx, db, record); err != nil {
-		return fmt.Errorf("recording %s as the primary before promoting it: %w", best.pod.Name, err)
-	}
-	if err := best.inst.Promote(ctx); err != nil {
-		return fmt.Errorf("promoting %s: %w", best.pod.Name, err)
-	}
-	obs.promoted = best.pod.Name
-	obs.primaryUnhealthySince = nil
-	obs.failover = record
+	return done(fmt.Sprintf("no agent holds %s as the primary any longer", f.primary)), nil
+}
 
-	// The replicas about to follow stream through their slots, and the old
-	// primary's keeps the WAL its rewind will need.
-	if err := r.keepSlots(ctx, db, obs, best.inst, best.pod.Name, pods); err != nil {
-		logger.Error(err, "replication slots on the new primary; the Rejoin phase tries again", "primary", best.pod.Name)
+// record names the candidate the primary before it is promoted, so a
+// promotion whose reconcile dies is found and adopted, never repeated on
+// another replica.
+func (f *failoverRun) record(ctx context.Context) (stepOutcome, error) {
+	to := f.best.pod.Name
+	f.r.event(f.db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", f.primary, to, f.why)
+	rec := &dbv1.FailoverRecord{
+		Time: metav1.Time{Time: f.r.now()}, From: f.primary, To: to,
+		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(f.db), f.why),
 	}
-	newPrimary, err := obs.instances.endpoint(ctx, best.pod)
+	if err := f.r.recordFailover(ctx, f.db, rec); err != nil {
+		return stepOutcome{}, fmt.Errorf("recording %s as the primary before promoting it: %w", to, err)
+	}
+	f.rec = rec
+	return done(fmt.Sprintf("the topology names %s the primary", to)), nil
+}
+
+func (f *failoverRun) promote(ctx context.Context) (stepOutcome, error) {
+	if err := f.best.inst.Promote(ctx); err != nil {
+		return stepOutcome{}, fmt.Errorf("promoting %s: %w", f.best.pod.Name, err)
+	}
+	f.obs.promoted = f.best.pod.Name
+	f.obs.primaryUnhealthySince = nil
+	f.obs.failover = f.rec
+	return done(fmt.Sprintf("%s takes writes", f.best.pod.Name)), nil
+}
+
+// keepSlots makes the slots the replicas about to follow stream through,
+// and keeps the old primary's, which holds the WAL its rewind will need. A
+// failure does not stop the failover: the Rejoin phase tries again.
+func (f *failoverRun) keepSlots(ctx context.Context) (stepOutcome, error) {
+	if err := f.r.keepSlots(ctx, f.db, f.obs, f.best.inst, f.best.pod.Name, f.pods); err != nil {
+		log.FromContext(ctx).Error(err, "replication slots on the new primary; the Rejoin phase tries again", "primary", f.best.pod.Name)
+		return done(fmt.Sprintf("replication slots on %s not kept yet (%v); the Rejoin phase tries again", f.best.pod.Name, err)), nil
+	}
+	return done(fmt.Sprintf("replication slots kept on %s", f.best.pod.Name)), nil
+}
+
+// repoint points the other replicas at the new primary. The new primary
+// serves whatever happens here: a replica that could not follow is
+// retried on the next reconcile, through the error.
+func (f *failoverRun) repoint(ctx context.Context) (stepOutcome, error) {
+	to := f.best.pod.Name
+	newPrimary, err := f.obs.instances.endpoint(ctx, f.best.pod)
 	if err != nil {
-		return err
+		return stepOutcome{}, err
 	}
-	var followErrs []error
-	for _, c := range cands {
-		if c.pod.Name == best.pod.Name {
-			continue
-		}
-		if err := c.inst.Follow(ctx, newPrimary, repl); err != nil {
-			followErrs = append(followErrs, fmt.Errorf("%s: %w", c.pod.Name, err))
+	var others []candidate
+	for _, c := range f.cands {
+		if c.pod.Name != to {
+			others = append(others, c)
 		}
 	}
-	r.event(db, corev1.EventTypeNormal, "FailoverCompleted", "Failover", "%s is the primary; %d replicas re-pointed", best.pod.Name, len(cands)-1-len(followErrs))
-	if len(followErrs) > 0 {
-		// The new primary serves; the replicas that could not follow are
-		// retried on the next reconcile through the error.
-		return fmt.Errorf("re-pointing replicas at %s: %w", best.pod.Name, errors.Join(followErrs...))
+	followed, err := repoint(ctx, others, newPrimary, f.repl)
+	f.r.event(f.db, corev1.EventTypeNormal, "FailoverCompleted", "Failover", "%s is the primary; %d replicas re-pointed", to, followed)
+	if err != nil {
+		return stepOutcome{}, fmt.Errorf("re-pointing replicas at %s: %w", to, err)
 	}
-	return nil
+	return done(fmt.Sprintf("%d replicas follow %s", followed, to)), nil
+}
+
+// repoint has each of insts follow the primary at target and says how many
+// do. A PostgreSQL primary answers ErrNotInRecovery: it becomes a standby
+// only through a restart, so it stays fenced and the Rejoin phase restarts
+// its pod for its start script to rewind it (pg_rewind) onto the new
+// primary.
+func repoint(ctx context.Context, insts []candidate, target engine.Endpoint, repl engine.Credentials) (int, error) {
+	var errs []error
+	followed := 0
+	for _, c := range insts {
+		switch err := c.inst.Follow(ctx, target, repl); {
+		case errors.Is(err, engine.ErrNotInRecovery):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", c.pod.Name, err))
+		default:
+			followed++
+		}
+	}
+	return followed, errors.Join(errs...)
 }
 
 // failoverCatchUp bounds how long a failover waits for the candidate to

@@ -12,11 +12,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -297,5 +299,71 @@ func TestFailoverWaitsForTheFencedPrimary(t *testing.T) {
 	}
 	if next.appliedAtPromote != 100 {
 		t.Errorf("orders-1 promoted at %d, before it applied the fenced primary's 100: its writes past that lost", next.appliedAtPromote)
+	}
+}
+
+// failoverEvents are the reasons of the Failover Events r emitted so far,
+// in order.
+func failoverEvents(r *DatabaseReconciler) []string {
+	var reasons []string
+	ch := r.Recorder.(*events.FakeRecorder).Events
+	for {
+		select {
+		case e := <-ch:
+			if f := strings.Fields(e); len(f) > 1 && strings.HasPrefix(f[1], "Failover") {
+				reasons = append(reasons, f[1])
+			}
+		default:
+			return reasons
+		}
+	}
+}
+
+// TestFailoverSteps: a failover is named steps, each reported in an Event
+// in order once done; a step that must wait (the Lease of a primary that
+// could not be fenced has not expired) stops the steps after it, so
+// nothing is recorded or promoted before it.
+func TestFailoverSteps(t *testing.T) {
+	all := []string{"FailoverReplicasSurveyed", "FailoverCandidateChosen", "FailoverOldPrimaryFenced", "FailoverLeaseTaken",
+		"FailoverFailsafeCleared", "FailoverStarted", "FailoverRecorded", "FailoverPromoted", "FailoverSlotsKept",
+		"FailoverCompleted", "FailoverReplicasRepointed"}
+	for _, tt := range []struct {
+		name         string
+		oldReachable bool
+		want         []string
+		promoted     bool
+	}{
+		{"the old primary fenced: every step", true, all, true},
+		{"the old primary unreachable: waits for its Lease", false, all[:3], false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = 2
+				db.Spec.Failover.DelaySeconds = ptr.To[int32](0)
+				db.Status.CurrentPrimary = "orders-0"
+				db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-time.Minute)}
+				db.Finalizers = []string{Finalizer}
+			})
+			pods := readyPods(db)
+			pods[0].(*corev1.Pod).Status.Conditions[0].Status = corev1.ConditionFalse
+			servers := map[string]*scriptedServer{"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100}}
+			if tt.oldReachable {
+				servers["orders-0"] = &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100}
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, append(pods, db)...)
+			r.Instances = scriptedConnector(c, servers)
+			res, _ := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+			if got := failoverEvents(r); !slices.Equal(got, tt.want) {
+				t.Errorf("Failover Events\n got %v\nwant %v", got, tt.want)
+			}
+			if promoted := slices.Contains(servers["orders-1"].calls, "promote"); promoted != tt.promoted {
+				t.Errorf("orders-1 promoted: %v, want %v (calls %v)", promoted, tt.promoted, servers["orders-1"].calls)
+			}
+			if !tt.promoted && (res.RequeueAfter <= 0 || res.RequeueAfter > r.leaseDuration()+agent.Margin(r.leaseDuration())) {
+				t.Errorf("waiting for the Lease: requeue after %s, want within the Lease's expiry", res.RequeueAfter)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -85,7 +86,9 @@ func (c *InstanceConnector) tlsOptions(ctx context.Context, db *dbv1.Database, e
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: tlsSecretName(db)}, s); err != nil {
 		return fmt.Errorf("reading the CA bundle from Secret %s: %w", tlsSecretName(db), err)
 	}
-	cfg, err := engine.VerifyTLS(s.Data[keyCACert], "")
+	// Named for ep, not left to the engine: the agents' peer channel uses
+	// this configuration too, at the pod's address.
+	cfg, err := engine.VerifyTLS(s.Data[keyCACert], ep.ServerName)
 	if err != nil {
 		return fmt.Errorf("Secret %s: %w", tlsSecretName(db), err)
 	}
@@ -249,4 +252,43 @@ func (s *instanceSet) close() {
 		_ = inst.Close()
 	}
 	s.conns, s.all = map[string]engine.Instance{}, nil
+}
+
+// podNamed is the pod of pods called name, or nil.
+func podNamed(pods []corev1.Pod, name string) *corev1.Pod {
+	for i := range pods {
+		if pods[i].Name == name {
+			return &pods[i]
+		}
+	}
+	return nil
+}
+
+// errPrimaryNotReady: the recorded primary has no ready pod (failover's
+// concern).
+var errPrimaryNotReady = errors.New("no ready pod for the primary")
+
+// writablePrimary reaches the recorded primary, ready, and checks that it
+// takes writes. Nothing is written through, fenced or re-pointed at a
+// primary this reconcile has not seen writable: status may name a server
+// that lost its role (a promotion whose status write was lost, a stale
+// cache after the API server came back). The error says why not.
+func writablePrimary(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod) (*corev1.Pod, engine.Instance, engine.Status, error) {
+	name := primaryName(db, obs)
+	pod := podNamed(pods, name)
+	if pod == nil || !podReady(pod) {
+		return nil, nil, engine.Status{}, fmt.Errorf("%w: %s", errPrimaryNotReady, name)
+	}
+	inst, err := obs.instances.get(ctx, pod)
+	if err != nil {
+		return nil, nil, engine.Status{}, err
+	}
+	st, err := inst.Status(ctx)
+	if err != nil {
+		return nil, nil, engine.Status{}, err
+	}
+	if !st.Writable() {
+		return nil, nil, st, fmt.Errorf("%s does not serve writes", name)
+	}
+	return pod, inst, st, nil
 }

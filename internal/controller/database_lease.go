@@ -253,13 +253,11 @@ func (r *DatabaseReconciler) failsafeHold(ctx context.Context, obs *observed, po
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	// The agent serves its peer channel with the pod's certificate (a pod
-	// without one, not rolled yet, in plain HTTP).
+	// without one, not rolled yet, in plain HTTP), reached at its address
+	// and verified by its DNS name.
 	var opts engine.Options
 	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
 		return 0, err
-	}
-	if opts.TLS != nil {
-		opts.TLS.ServerName = ep.ServerName // reached at its address, named by its DNS name
 	}
 	p, err := r.Agents(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
 	if err != nil {

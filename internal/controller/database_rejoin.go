@@ -37,16 +37,15 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	if err != nil {
 		return err
 	}
-	name := primaryName(db, obs)
-	var primaryPod *corev1.Pod
-	for i := range pods {
-		if pods[i].Name == name {
-			primaryPod = &pods[i]
-		}
-	}
-	if primaryPod == nil || !podReady(primaryPod) {
+	primaryPod, prim, _, err := writablePrimary(ctx, db, obs, pods)
+	switch {
+	case errors.Is(err, errPrimaryNotReady):
 		return nil // nothing to follow yet: failover's concern
+	case err != nil:
+		log.FromContext(ctx).Info("not rejoining the other instances: the recorded primary is not seen writable", "primary", primaryName(db, obs), "reason", err.Error())
+		return nil
 	}
+	name := primaryPod.Name
 	repl, err := obs.instances.replication(ctx)
 	if err != nil {
 		return err
@@ -54,19 +53,6 @@ func (r *DatabaseReconciler) reconcileRejoin(ctx context.Context, db *dbv1.Datab
 	target, err := obs.instances.endpoint(ctx, primaryPod)
 	if err != nil {
 		return nil // the primary cannot be reached (no address yet): nothing to follow
-	}
-	// Nothing is fenced or re-pointed at a primary this reconcile has not
-	// seen writable: status may name a server that lost its role (a
-	// promotion whose status write was lost, a stale cache after the API
-	// server came back), and fencing the other one would stop the server
-	// that takes the writes.
-	prim, err := obs.instances.get(ctx, primaryPod)
-	if err != nil {
-		return nil
-	}
-	if st, err := prim.Status(ctx); err != nil || !st.Writable() {
-		log.FromContext(ctx).Info("not rejoining the other instances: the recorded primary is not seen writable", "primary", name, "status", st, "error", err)
-		return nil
 	}
 	p := &rejoin{r: r, db: db, obs: obs, repl: repl, primaryPod: primaryPod, primaryEP: target}
 	var errs []error

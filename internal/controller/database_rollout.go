@@ -49,80 +49,101 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 	if err != nil {
 		return err
 	}
-	revision := sts.Status.UpdateRevision
-	updatedRev := func(p *corev1.Pod) bool { return onUpdateRevision(p, sts) }
-	// Highest ordinal first (by number: db-10 after db-9).
-	pods = slices.Clone(pods)
-	slices.SortFunc(pods, func(a, b corev1.Pod) int { return podOrdinal(b.Name) - podOrdinal(a.Name) })
-	var stale, updated []*corev1.Pod
-	var primary *corev1.Pod
-	for i := range pods {
-		p := &pods[i]
-		switch {
-		case !p.DeletionTimestamp.IsZero():
-			obs.requeueWithin(rolloutWait) // one pod at a time: wait for it
-			return nil
-		case !podReady(p) && !updatedRev(p) && p.Name != current:
-			// A replica that does not come up on the old template serves
-			// nothing: the new one may be its fix.
-			obs.restartPod(p, "roll out revision "+revision+" (it was not ready)")
-			obs.requeueWithin(rolloutWait)
-			return nil
-		case !podReady(p):
-			obs.requeueWithin(rolloutWait)
-			return nil
-		case p.Name == current:
-			primary = p
-		}
-		if updatedRev(p) {
-			if p.Name != current {
-				updated = append(updated, p)
-			}
-		} else {
-			stale = append(stale, p)
-		}
+	plan, ok := planRollout(obs, pods, sts, current)
+	if !ok || int32(len(plan.pods)) < max(db.Spec.Replicas, 1) {
+		// One pod at a time: wait for it; or the StatefulSet still makes
+		// pods (a restarted one, say).
+		return nil
 	}
-	if int32(len(pods)) < max(db.Spec.Replicas, 1) {
-		return nil // the StatefulSet still makes pods (a restarted one, say)
-	}
-	if len(stale) == 0 {
-		// Done, every pod there and ready (the loop above waits while one
-		// is not): a Database whose new pods do not come up keeps its slot,
+	if len(plan.stale) == 0 {
+		// Done, every pod there and ready (planRollout waits while one is
+		// not): a Database whose new pods do not come up keeps its slot,
 		// and the next Database waits.
 		r.Rollouts.release(db.UID)
-		return nil // nothing to roll
+		return nil
 	}
-	if primary == nil {
+	if plan.primary == nil {
 		return nil
 	}
 	if ok, rolling := r.Rollouts.acquire(db.UID); !ok {
-		obs.waiting = fmt.Sprintf("revision %s waits to roll out: %d Databases are rolling a change out (--max-concurrent-rollouts)", revision, rolling)
+		obs.waiting = fmt.Sprintf("revision %s waits to roll out: %d Databases are rolling a change out (--max-concurrent-rollouts)", plan.revision, rolling)
 		obs.requeueWithin(10 * time.Second)
 		return nil
 	}
 	if want := db.Spec.Primary; want != "" && want != current {
-		if i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == want }); i >= 0 && updatedRev(&pods[i]) {
+		if p := podNamed(plan.pods, want); p != nil && onUpdateRevision(p, sts) {
 			return nil // the user's switchover goes first (the Switchover phase)
 		}
 	}
-	for _, p := range stale {
+	for _, p := range plan.stale {
 		if p.Name != current {
-			obs.restartPod(p, "roll out revision "+revision)
+			obs.restartPod(p, "roll out revision "+plan.revision)
 			obs.requeueWithin(rolloutWait)
 			return nil
 		}
 	}
-	// Only the primary is left.
-	target, why := r.rolloutTarget(ctx, obs, primary, updated)
+	return r.rollPrimary(ctx, db, obs, plan)
+}
+
+// rolloutPlan is where each pod stands in a rollout.
+type rolloutPlan struct {
+	revision string
+	pods     []corev1.Pod  // highest ordinal first
+	stale    []*corev1.Pod // on the old template
+	updated  []*corev1.Pod // replicas on the new one
+	primary  *corev1.Pod
+}
+
+// planRollout sorts the pods, highest ordinal first (by number: db-10
+// after db-9), into stale and updated. It returns false, with a requeue,
+// while a pod is going or not ready: one pod at a time. A replica that
+// does not come up on the old template serves nothing, and the new one
+// may be its fix: it is restarted at once.
+func planRollout(obs *observed, pods []corev1.Pod, sts *appsv1.StatefulSet, current string) (rolloutPlan, bool) {
+	plan := rolloutPlan{revision: sts.Status.UpdateRevision, pods: slices.Clone(pods)}
+	slices.SortFunc(plan.pods, func(a, b corev1.Pod) int { return podOrdinal(b.Name) - podOrdinal(a.Name) })
+	for i := range plan.pods {
+		p := &plan.pods[i]
+		updated := onUpdateRevision(p, sts)
+		switch {
+		case !p.DeletionTimestamp.IsZero():
+			obs.requeueWithin(rolloutWait)
+			return plan, false
+		case !podReady(p) && !updated && p.Name != current:
+			obs.restartPod(p, "roll out revision "+plan.revision+" (it was not ready)")
+			obs.requeueWithin(rolloutWait)
+			return plan, false
+		case !podReady(p):
+			obs.requeueWithin(rolloutWait)
+			return plan, false
+		case p.Name == current:
+			plan.primary = p
+		}
+		switch {
+		case !updated:
+			plan.stale = append(plan.stale, p)
+		case p.Name != current:
+			plan.updated = append(plan.updated, p)
+		}
+	}
+	return plan, true
+}
+
+// rollPrimary restarts the primary, the last stale pod: after a switchover
+// to an updated replica when one can take over, in place (with an Event)
+// when none ever can.
+func (r *DatabaseReconciler) rollPrimary(ctx context.Context, db *dbv1.Database, obs *observed, plan rolloutPlan) error {
+	current, revision := plan.primary.Name, plan.revision
+	target, why := r.rolloutTarget(ctx, obs, plan.primary, plan.updated)
 	switch {
 	case target != nil:
 		r.event(db, corev1.EventTypeNormal, "RolloutSwitchover", "Rollout",
 			"Switching over from %s to %s (updated to revision %s) before restarting %s", current, target.Name, revision, current)
-		if err := r.switchover(ctx, db, obs, pods, target.Name); err != nil {
+		if err := r.switchover(ctx, db, obs, plan.pods, target.Name); err != nil {
 			return fmt.Errorf("rolling out revision %s: %w", revision, err)
 		}
 		return nil
-	case len(updated) > 0 && r.Instances != nil && why == "":
+	case len(plan.updated) > 0 && r.Instances != nil && why == "":
 		// Replicas exist but none can take over now: Rejoin heals them.
 		log.FromContext(ctx).Info("rollout waits for an updated replica that streams from the primary", "primary", current, "revision", revision)
 		obs.requeueWithin(10 * time.Second)
@@ -130,7 +151,7 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 	}
 	r.event(db, corev1.EventTypeWarning, "RolloutRestartsPrimary", "Rollout",
 		"Restarting primary %s in place for revision %s: writes stop until it is back (%s)", current, revision, why)
-	obs.restartPod(primary, "roll out revision "+revision)
+	obs.restartPod(plan.primary, "roll out revision "+revision)
 	obs.requeueWithin(rolloutWait)
 	return nil
 }

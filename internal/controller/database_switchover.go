@@ -48,20 +48,9 @@ func (r *DatabaseReconciler) reconcileSwitchover(ctx context.Context, db *dbv1.D
 // length of the catch-up; none that was acknowledged is lost.
 func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, target string) error {
 	current := db.Status.CurrentPrimary
-	var targetPod, currentPod *corev1.Pod
-	for i := range pods {
-		switch pods[i].Name {
-		case target:
-			targetPod = &pods[i]
-		case current:
-			currentPod = &pods[i]
-		}
-	}
-	if targetPod == nil || !podReady(targetPod) {
-		return fmt.Errorf("switchover to %s: the pod is missing or not ready", target)
-	}
-	if currentPod == nil {
-		return fmt.Errorf("switchover to %s: current primary %s has no pod (failover handles a lost primary)", target, current)
+	targetPod, currentPod, err := switchoverPods(pods, current, target)
+	if err != nil {
+		return err
 	}
 	repl, err := obs.instances.replication(ctx)
 	if err != nil {
@@ -75,7 +64,6 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 	if err != nil {
 		return fmt.Errorf("switchover to %s: %w", target, err)
 	}
-
 	nst, err := next.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("switchover to %s: reading it: %w", target, err)
@@ -83,31 +71,66 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 	if nst.Writable() {
 		// An earlier reconcile's promotion went through after all (see
 		// failedPromotion): finish that switchover, never undo it.
-		if err := old.Fence(ctx); err != nil {
-			return fmt.Errorf("switchover to %s: %s is promoted; fencing %s: %w", target, target, current, err)
-		}
-		if err := r.recordPrimary(ctx, db, target); err != nil {
-			return fmt.Errorf("switchover to %s: recording it as the primary: %w", target, err)
-		}
-		r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary (promoted by an earlier attempt); %s stays fenced", target, current)
-	} else if err := r.switchTo(ctx, db, old, next, current, target); err != nil {
+		err = r.finishPromoted(ctx, db, old, current, target)
+	} else {
+		err = r.switchTo(ctx, db, obs, old, next, current, target)
+	}
+	if err != nil {
 		return err
 	}
 	obs.promoted = target
-	if inst, err := obs.instances.get(ctx, targetPod); err == nil {
-		if err := r.keepSlots(ctx, db, obs, inst, target, pods); err != nil {
-			log.FromContext(ctx).Error(err, "replication slots on the new primary; the Rejoin phase tries again", "primary", target)
+	if err := r.keepSlots(ctx, db, obs, next, target, pods); err != nil {
+		log.FromContext(ctx).Error(err, "replication slots on the new primary; the Rejoin phase tries again", "primary", target)
+	}
+	return r.repointAll(ctx, obs, pods, targetPod, current, repl)
+}
+
+// switchoverPods finds the target's pod, which must be ready, and the
+// current primary's, which must exist (a lost primary is failover's).
+func switchoverPods(pods []corev1.Pod, current, target string) (targetPod, currentPod *corev1.Pod, err error) {
+	for i := range pods {
+		switch pods[i].Name {
+		case target:
+			targetPod = &pods[i]
+		case current:
+			currentPod = &pods[i]
 		}
 	}
+	if targetPod == nil || !podReady(targetPod) {
+		return nil, nil, fmt.Errorf("switchover to %s: the pod is missing or not ready", target)
+	}
+	if currentPod == nil {
+		return nil, nil, fmt.Errorf("switchover to %s: current primary %s has no pod (failover handles a lost primary)", target, current)
+	}
+	return targetPod, currentPod, nil
+}
 
-	endpoint, err := obs.instances.endpoint(ctx, targetPod)
+// finishPromoted completes a switchover whose promotion an earlier
+// reconcile made: the old primary stays fenced and the target is recorded.
+func (r *DatabaseReconciler) finishPromoted(ctx context.Context, db *dbv1.Database, old engine.Instance, current, target string) error {
+	if err := old.Fence(ctx); err != nil {
+		return fmt.Errorf("switchover to %s: %s is promoted; fencing %s: %w", target, target, current, err)
+	}
+	if err := r.recordPrimary(ctx, db, target); err != nil {
+		return fmt.Errorf("switchover to %s: recording it as the primary: %w", target, err)
+	}
+	log.FromContext(ctx).Info("switchover finished: promoted by an earlier attempt", "from", current, "to", target)
+	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary (promoted by an earlier attempt); %s stays fenced", target, current)
+	return nil
+}
+
+// repointAll points every ready instance, and the old primary, at the new
+// primary.
+func (r *DatabaseReconciler) repointAll(ctx context.Context, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, old string, repl engine.Credentials) error {
+	endpoint, err := obs.instances.endpoint(ctx, primaryPod)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	var insts []candidate
 	for i := range pods {
 		pod := &pods[i]
-		if pod.Name == target || !podReady(pod) && pod.Name != current {
+		if pod.Name == primaryPod.Name || !podReady(pod) && pod.Name != old {
 			continue
 		}
 		inst, err := obs.instances.get(ctx, pod)
@@ -115,18 +138,13 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
 			continue
 		}
-		err = inst.Follow(ctx, endpoint, repl)
-		switch {
-		case errors.Is(err, engine.ErrNotInRecovery):
-			// A PostgreSQL primary becomes a standby only through a restart:
-			// it stays fenced, and the Rejoin phase restarts its pod so the
-			// start script rewinds it (pg_rewind) onto the new primary.
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", pod.Name, err))
-		}
+		insts = append(insts, candidate{pod: pod, inst: inst})
+	}
+	if _, err := repoint(ctx, insts, endpoint, repl); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("re-pointing instances at %s: %w", target, errors.Join(errs...))
+		return fmt.Errorf("re-pointing instances at %s: %w", primaryPod.Name, errors.Join(errs...))
 	}
 	return nil
 }
@@ -137,71 +155,56 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 // (Switchover<Step>) once done. A failure before the hand-over abandons
 // the switchover (the old primary unfenced); from the hand-over on it only
 // rolls forward.
-func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, old, next engine.Instance, current, target string) error {
+func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, obs *observed, old, next engine.Instance, current, target string) error {
 	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switchover", "Moving the primary from %s to %s", current, target)
 	var final engine.Status
 	failed := func(err error) error { return fmt.Errorf("switchover to %s: %w", target, err) }
 	abandon := func(err error) error { return r.abandonSwitchover(ctx, db, old, err) }
 	rollForward := func(err error) error { return r.failedPromotion(ctx, db, old, next, current, target, err) }
-	steps := []switchoverStep{
-		{"Fenced", failed, func() (string, error) {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("from", current, "to", target))
+	steps := []haStep{
+		{"Fenced", func() (stepOutcome, error) {
 			if err := old.Fence(ctx); err != nil {
-				return "", fmt.Errorf("fencing %s: %w", current, err)
+				return stepOutcome{}, fmt.Errorf("fencing %s: %w", current, err)
 			}
-			return fmt.Sprintf("%s takes no more application writes", current), nil
-		}},
-		{"CaughtUp", abandon, func() (string, error) {
+			return done(fmt.Sprintf("%s takes no more application writes", current)), nil
+		}, failed},
+		{"CaughtUp", func() (stepOutcome, error) {
 			st, err := old.Status(ctx)
 			if err != nil {
-				return "", fmt.Errorf("reading %s's final position: %w", current, err)
+				return stepOutcome{}, fmt.Errorf("reading %s's final position: %w", current, err)
 			}
 			final = st
 			if err := waitReached(ctx, next, final.Applied, switchoverCatchUp); err != nil {
-				return "", fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err)
+				return stepOutcome{}, fmt.Errorf("%s did not apply %s's last position %s: %w", target, current, final.Applied, err)
 			}
-			return fmt.Sprintf("%s applied everything %s wrote, up to %s", target, current, final.Applied), nil
-		}},
+			return done(fmt.Sprintf("%s applied everything %s wrote, up to %s", target, current, final.Applied)), nil
+		}, abandon},
 		// The old primary is fenced: the Lease moves at once.
-		{"LeaseHandedOver", abandon, func() (string, error) {
+		{"LeaseHandedOver", func() (stepOutcome, error) {
 			if _, err := r.takeLease(ctx, db, target, true); err != nil {
-				return "", err
+				return stepOutcome{}, err
 			}
-			return fmt.Sprintf("the primary Lease names %s", target), nil
-		}},
-		{"Recorded", rollForward, func() (string, error) {
+			return done(fmt.Sprintf("the primary Lease names %s", target)), nil
+		}, abandon},
+		{"Recorded", func() (stepOutcome, error) {
 			if err := r.recordPrimary(ctx, db, target); err != nil {
-				return "", fmt.Errorf("recording it as the primary: %w", err)
+				return stepOutcome{}, fmt.Errorf("recording it as the primary: %w", err)
 			}
-			return fmt.Sprintf("the topology names %s the primary", target), nil
-		}},
-		{"Promoted", rollForward, func() (string, error) {
+			return done(fmt.Sprintf("the topology names %s the primary", target)), nil
+		}, rollForward},
+		{"Promoted", func() (stepOutcome, error) {
 			if err := next.Promote(ctx); err != nil {
-				return "", err
+				return stepOutcome{}, err
 			}
-			return fmt.Sprintf("%s takes writes", target), nil
-		}},
+			return done(fmt.Sprintf("%s takes writes", target)), nil
+		}, rollForward},
 	}
-	logger := log.FromContext(ctx).WithValues("from", current, "to", target)
-	for _, step := range steps {
-		done, err := step.run()
-		if err != nil {
-			logger.Error(err, "switchover step failed", "step", step.name)
-			return step.onFail(err)
-		}
-		logger.Info("switchover step done", "step", step.name, "result", done)
-		r.event(db, corev1.EventTypeNormal, "Switchover"+step.name, "Switchover", "%s", done)
+	if err := r.runSteps(ctx, db, obs, "Switchover", steps); err != nil {
+		return err
 	}
 	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary, at %s", target, final.Applied)
 	return nil
-}
-
-// switchoverStep is one named step of a switchover: run does it and says
-// what it did; onFail says what its failure leaves (an error as it is, the
-// switchover abandoned, or rolled forward).
-type switchoverStep struct {
-	name   string
-	onFail func(error) error
-	run    func() (string, error)
 }
 
 // abandonSwitchover lets the old primary take writes again and reports why
