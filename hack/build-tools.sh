@@ -50,13 +50,20 @@ build() { # build DIR OUT PKG [LDFLAGS]
 	step "built $out in $((SECONDS - start))s"
 }
 
-# The S3 test server has its own directory, keyed by its own version.
+# tool KEY DIR OUT PKG [LDFLAGS]: a Go tool with a cache directory of its
+# own, $cache/bin/KEY, KEY naming what the build depends on (versions, the Go
+# release): sets bin to that directory and builds the tool there (as build).
+tool() {
+	bin="$cache/bin/$1"
+	mkdir -p "$bin"
+	build "${@:2}"
+}
+
+# The S3 test server, keyed by its own version.
 if [[ "${1:-}" == s3 ]]; then
 	vgw_ver="$(modver versitygw github.com/versity/versitygw)"
-	bin="$cache/bin/versitygw-$vgw_ver"
-	mkdir -p "$bin"
-	vgw_ld="-X main.Version=$vgw_ver -X main.Build=$vgw_ver"
-	build versitygw versitygw github.com/versity/versitygw/cmd/versitygw "$vgw_ld"
+	tool "versitygw-$vgw_ver" versitygw versitygw github.com/versity/versitygw/cmd/versitygw \
+		"-X main.Version=$vgw_ver -X main.Build=$vgw_ver"
 	echo "$bin"
 	exit 0
 fi
@@ -68,9 +75,7 @@ fi
 if [[ "${1:-}" == vuln ]]; then
 	vuln_ver="$(modver vuln golang.org/x/vuln)"
 	vulndb_ver="$(modver vuln golang.org/x/vulndb)"
-	bin="$cache/bin/vuln-$vuln_ver-db-$vulndb_ver-$(go env GOVERSION)"
-	mkdir -p "$bin"
-	build vuln govulncheck golang.org/x/vuln/cmd/govulncheck
+	tool "vuln-$vuln_ver-db-$vulndb_ver-$(go env GOVERSION)" vuln govulncheck golang.org/x/vuln/cmd/govulncheck
 	build vuln indexdb golang.org/x/vulndb/cmd/indexdb
 	if [[ ! -d "$bin/vulndb" ]]; then
 		step "indexing the vulnerability database $vulndb_ver"
@@ -86,9 +91,8 @@ fi
 # The workflow checker, keyed by its version.
 if [[ "${1:-}" == actionlint ]]; then
 	al_ver="$(modver actionlint github.com/rhysd/actionlint)"
-	bin="$cache/bin/actionlint-$al_ver"
-	mkdir -p "$bin"
-	build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint "-X github.com/rhysd/actionlint.version=$al_ver"
+	tool "actionlint-$al_ver" actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
+		"-X github.com/rhysd/actionlint.version=$al_ver"
 	echo "$bin"
 	exit 0
 fi
@@ -97,9 +101,7 @@ fi
 # type checker must know the go line of the code it reads).
 if [[ "${1:-}" == lint ]]; then
 	lint_ver="$(modver lint github.com/golangci/golangci-lint/v2)"
-	bin="$cache/bin/golangci-lint-$lint_ver-$(go env GOVERSION)"
-	mkdir -p "$bin"
-	build lint golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint \
+	tool "golangci-lint-$lint_ver-$(go env GOVERSION)" lint golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint \
 		"-X main.version=$lint_ver -X main.commit=$lint_ver -X main.date=unknown"
 	echo "$bin"
 	exit 0

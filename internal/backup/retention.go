@@ -48,18 +48,44 @@ func Prune(ctx context.Context, store storage.Store, just *Manifest, created tim
 	if just.DatabaseUID == "" {
 		return nil, fmt.Errorf("retention needs the Database's UID (--database-uid): without it another Database's backups could be taken for its own")
 	}
-	namespace, database, keep := just.Namespace, just.Database, just.Backup
-	prefix := Path(namespace, database, "") + "/"
+	backups, err := ownBackups(ctx, store, just, created)
+	if err != nil {
+		return nil, err
+	}
+	// Newest first.
+	slices.SortFunc(backups, func(a, b ownBackup) int { return b.m.CompletedAt.Compare(a.m.CompletedAt) })
+	var pruned []string
+	kept := 0
+	for _, b := range backups {
+		if b.name == just.Backup || r.keeps(kept, b.m, now) {
+			kept++
+			continue
+		}
+		dir := Path(just.Namespace, just.Database, b.name)
+		if err := deleteBackup(ctx, store, dir, b.m); err != nil {
+			return pruned, err
+		}
+		pruned = append(pruned, b.name)
+	}
+	return pruned, nil
+}
+
+// ownBackup is one of the Database's backups, named by its directory,
+// whatever its manifest says.
+type ownBackup struct {
+	name string
+	m    *Manifest
+}
+
+// ownBackups lists the backups at the target that are the Database's (see
+// Prune).
+func ownBackups(ctx context.Context, store storage.Store, just *Manifest, created time.Time) ([]ownBackup, error) {
+	prefix := Path(just.Namespace, just.Database, "") + "/"
 	keys, err := store.List(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("listing backups at %s: %w", store.Location(prefix), err)
 	}
-	// A backup is named by its directory, whatever its manifest says.
-	type found struct {
-		name string
-		m    *Manifest
-	}
-	var backups []found
+	var backups []ownBackup
 	for _, k := range keys {
 		if path.Base(k) != ManifestName || path.Dir(path.Dir(k))+"/" != prefix {
 			continue
@@ -69,31 +95,17 @@ func Prune(ctx context.Context, store storage.Store, just *Manifest, created tim
 		if err != nil || (m.DatabaseUID != just.DatabaseUID && !legacy) {
 			continue // not ours to judge; left alone
 		}
-		backups = append(backups, found{name: path.Base(path.Dir(k)), m: m})
+		backups = append(backups, ownBackup{name: path.Base(path.Dir(k)), m: m})
 	}
-	// Newest first.
-	slices.SortFunc(backups, func(a, b found) int { return b.m.CompletedAt.Compare(a.m.CompletedAt) })
-	var pruned []string
-	kept := 0
-	for _, b := range backups {
-		m := b.m
-		if b.name == keep {
-			kept++
-			continue
-		}
-		tooMany := r.KeepLast > 0 && kept+1 > r.KeepLast
-		tooOld := r.MaxAge > 0 && now.Sub(m.CompletedAt) > r.MaxAge
-		if !tooMany && !tooOld {
-			kept++
-			continue
-		}
-		dir := Path(namespace, database, b.name)
-		if err := deleteBackup(ctx, store, dir, m); err != nil {
-			return pruned, err
-		}
-		pruned = append(pruned, b.name)
-	}
-	return pruned, nil
+	return backups, nil
+}
+
+// keeps says whether retention keeps a backup when kept newer ones are kept
+// already: it is neither one too many for KeepLast nor older than MaxAge.
+func (r Retention) keeps(kept int, m *Manifest, now time.Time) bool {
+	tooMany := r.KeepLast > 0 && kept+1 > r.KeepLast
+	tooOld := r.MaxAge > 0 && now.Sub(m.CompletedAt) > r.MaxAge
+	return !tooMany && !tooOld
 }
 
 func deleteBackup(ctx context.Context, store storage.Store, dir string, m *Manifest) error {

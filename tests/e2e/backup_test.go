@@ -52,182 +52,210 @@ func TestPostgresScheduledBackupRetentionRestore(t *testing.T) {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
-	// A daily run two minutes ago: the next one is a day away, so no
-	// scheduled run comes (and is skipped, or counts for retention) while
-	// the test runs, whenever it runs. The operator reads the schedule in
-	// this machine's time zone, as this does.
-	run := time.Now().Add(-2 * time.Minute)
-	updateDatabase(t, db, func(db *dbv1.Database) {
-		db.Spec.Backup = &dbv1.BackupPolicy{Schedule: fmt.Sprintf("%d %d * * *", run.Minute(), run.Hour()),
-			Retention: dbv1.BackupRetention{KeepLast: ptr.To[int32](2)}}
-	})
-	// The schedule's last run was ten minutes ago: the run two minutes ago
-	// was missed, and is taken now.
+	replica := db.Name + "-1"
 	scheduled := &dbv1.Backup{}
-	eventually(t, 30*time.Second, "the missed scheduled run's Backup", func() string {
-		list := &dbv1.BackupList{}
-		if err := k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"database.example.com/scheduled": "true"}); err != nil {
-			return err.Error()
+	var (
+		first *dbv1.Backup // the scheduled run's backup
+		claim string       // the default claim's directory on the node
+		want  int          // the rows the last backup holds
+	)
+
+	if !t.Run("the missed scheduled run is taken", func(t *testing.T) {
+		// A daily run two minutes ago: the next one is a day away, so no
+		// scheduled run comes (and is skipped, or counts for retention) while
+		// the test runs, whenever it runs. The operator reads the schedule in
+		// this machine's time zone, as this does.
+		run := time.Now().Add(-2 * time.Minute)
+		updateDatabase(t, db, func(db *dbv1.Database) {
+			db.Spec.Backup = &dbv1.BackupPolicy{Schedule: fmt.Sprintf("%d %d * * *", run.Minute(), run.Hour()),
+				Retention: dbv1.BackupRetention{KeepLast: ptr.To[int32](2)}}
+		})
+		// The schedule's last run was ten minutes ago: the run two minutes ago
+		// was missed, and is taken now.
+		eventually(t, 30*time.Second, "the missed scheduled run's Backup", func() string {
+			list := &dbv1.BackupList{}
+			if err := k8s.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{"database.example.com/scheduled": "true"}); err != nil {
+				return err.Error()
+			}
+			if len(list.Items) == 1 {
+				*scheduled = list.Items[0]
+				return ""
+			}
+			cur := &dbv1.Database{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), cur); err != nil {
+				return err.Error()
+			}
+			patch := client.MergeFrom(cur.DeepCopy())
+			cur.Status.LastScheduledBackup = &metav1.Time{Time: time.Now().Add(-10 * time.Minute)}
+			if err := k8s.Status().Patch(ctx, cur, patch); err != nil {
+				return err.Error()
+			}
+			return fmt.Sprintf("%d scheduled Backups", len(list.Items))
+		})
+		if !strings.HasPrefix(scheduled.Name, "bk-") || len(scheduled.Name) != len("bk-")+12 {
+			t.Errorf("scheduled Backup name %q", scheduled.Name)
 		}
-		if len(list.Items) == 1 {
-			*scheduled = list.Items[0]
-			return ""
-		}
-		cur := &dbv1.Database{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), cur); err != nil {
-			return err.Error()
-		}
-		patch := client.MergeFrom(cur.DeepCopy())
-		cur.Status.LastScheduledBackup = &metav1.Time{Time: time.Now().Add(-10 * time.Minute)}
-		if err := k8s.Status().Patch(ctx, cur, patch); err != nil {
-			return err.Error()
-		}
-		return fmt.Sprintf("%d scheduled Backups", len(list.Items))
-	})
-	if !strings.HasPrefix(scheduled.Name, "bk-") || len(scheduled.Name) != len("bk-")+12 {
-		t.Errorf("scheduled Backup name %q", scheduled.Name)
+	}) {
+		return
 	}
 
 	// The Job: owned by the Backup, one attempt, a deadline, the instance's
 	// image, a replica as the source, the default claim, secrets by reference.
-	job := &batchv1.Job{}
-	eventually(t, 30*time.Second, "the backup Job", func() string {
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: scheduled.Name}, job); err != nil {
-			return err.Error()
+	if !t.Run("the backup Job backs up a replica to the default claim", func(t *testing.T) {
+		job := &batchv1.Job{}
+		eventually(t, 30*time.Second, "the backup Job", func() string {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: scheduled.Name}, job); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
+			t.Fatal(err)
 		}
-		return ""
-	})
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
-		t.Fatal(err)
-	}
-	replica := db.Name + "-1"
-	if db.Status.CurrentPrimary != db.Name+"-0" {
-		t.Fatalf("primary %q, want %s-0", db.Status.CurrentPrimary, db.Name)
-	}
-	instance, err := cs.CoreV1().Pods(ns).Get(ctx, db.Name+"-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctr := job.Spec.Template.Spec.Containers[0]
-	args := strings.Join(ctr.Args, " ")
-	switch {
-	case !metav1.IsControlledBy(job, scheduled):
-		t.Errorf("Job owners %v", job.OwnerReferences)
-	case ptr.Deref(job.Spec.BackoffLimit, -1) != 0 || ptr.Deref(job.Spec.ActiveDeadlineSeconds, 0) != 3600:
-		t.Errorf("backoffLimit %v deadline %v", job.Spec.BackoffLimit, job.Spec.ActiveDeadlineSeconds)
-	case ctr.Image != instance.Spec.Containers[0].Image:
-		t.Errorf("image %s, the instances run %s", ctr.Image, instance.Spec.Containers[0].Image)
-	case !strings.HasPrefix(args, "backup --engine=postgresql --host="+replica+".bk-headless."+ns+".svc "):
-		t.Errorf("not backing up the replica %s: %s", replica, args)
-	case !strings.Contains(args, "--dir=/backups") || !strings.Contains(args, "--keep-last=2"):
-		t.Errorf("args %s", args)
-	case job.Spec.Template.Spec.Volumes[2].PersistentVolumeClaim == nil || job.Spec.Template.Spec.Volumes[2].PersistentVolumeClaim.ClaimName != "bk-backups":
-		t.Errorf("volumes %+v", job.Spec.Template.Spec.Volumes)
-	case ctr.Env[0].ValueFrom == nil || ctr.Env[0].ValueFrom.SecretKeyRef.Name != "bk-credentials" || ctr.Env[0].Value != "":
-		t.Errorf("password env %+v", ctr.Env[0])
-	case job.Spec.Template.Spec.InitContainers[0].Image != operatorImage:
-		t.Errorf("init container %+v", job.Spec.Template.Spec.InitContainers[0])
-	}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bk-backups"}, &corev1.PersistentVolumeClaim{}); err != nil {
-		t.Errorf("default backup claim: %v", err)
+		if db.Status.CurrentPrimary != db.Name+"-0" {
+			t.Fatalf("primary %q, want %s-0", db.Status.CurrentPrimary, db.Name)
+		}
+		instance, err := cs.CoreV1().Pods(ns).Get(ctx, db.Name+"-0", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctr := job.Spec.Template.Spec.Containers[0]
+		args := strings.Join(ctr.Args, " ")
+		switch {
+		case !metav1.IsControlledBy(job, scheduled):
+			t.Errorf("Job owners %v", job.OwnerReferences)
+		case ptr.Deref(job.Spec.BackoffLimit, -1) != 0 || ptr.Deref(job.Spec.ActiveDeadlineSeconds, 0) != 3600:
+			t.Errorf("backoffLimit %v deadline %v", job.Spec.BackoffLimit, job.Spec.ActiveDeadlineSeconds)
+		case ctr.Image != instance.Spec.Containers[0].Image:
+			t.Errorf("image %s, the instances run %s", ctr.Image, instance.Spec.Containers[0].Image)
+		case !strings.HasPrefix(args, "backup --engine=postgresql --host="+replica+".bk-headless."+ns+".svc "):
+			t.Errorf("not backing up the replica %s: %s", replica, args)
+		case !strings.Contains(args, "--dir=/backups") || !strings.Contains(args, "--keep-last=2"):
+			t.Errorf("args %s", args)
+		case job.Spec.Template.Spec.Volumes[2].PersistentVolumeClaim == nil || job.Spec.Template.Spec.Volumes[2].PersistentVolumeClaim.ClaimName != "bk-backups":
+			t.Errorf("volumes %+v", job.Spec.Template.Spec.Volumes)
+		case ctr.Env[0].ValueFrom == nil || ctr.Env[0].ValueFrom.SecretKeyRef.Name != "bk-credentials" || ctr.Env[0].Value != "":
+			t.Errorf("password env %+v", ctr.Env[0])
+		case job.Spec.Template.Spec.InitContainers[0].Image != operatorImage:
+			t.Errorf("init container %+v", job.Spec.Template.Spec.InitContainers[0])
+		}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "bk-backups"}, &corev1.PersistentVolumeClaim{}); err != nil {
+			t.Errorf("default backup claim: %v", err)
+		}
+	}) {
+		return
 	}
 
-	first := waitBackup(t, ns, scheduled.Name)
-	if first.Status.Phase != dbv1.BackupCompleted || first.Status.Size <= 0 || !strings.HasPrefix(first.Status.Checksum, "sha256:") ||
-		!strings.Contains(first.Status.Position, "/") || first.Status.Location != "file:///backups/"+ns+"/bk/"+first.Name ||
-		first.Status.Instance != replica {
-		t.Fatalf("scheduled backup status %+v", first.Status)
-	}
-	if tg := first.Status.Target; tg == nil || tg.Volume == nil || tg.Volume.ClaimName != "bk-backups" {
-		t.Errorf("recorded target %+v", tg)
-	}
-	c := waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, "Completed")
-	if !strings.Contains(c.Message, first.Name) {
-		t.Errorf("condition %+v", c)
-	}
-	if v := metricValue(t, "database_operator_backup_last_succeeded", ns, "bk"); v != 1 {
-		t.Errorf("last_succeeded metric %v", v)
-	}
-	waitEvent(t, ns, "bk", "Normal BackupCompleted")
-	// The Job's pod wrote onto the claim: the backup is in the claim's
-	// directory on the node, under the path the Backup records.
-	claim := claimDir(t, ns, "bk-backups")
-	if _, err := os.Stat(filepath.Join(claim, ns, "bk", first.Name, "manifest.json")); err != nil {
-		t.Errorf("the backup is not on the claim: %v", err)
+	if !t.Run("the scheduled backup completes onto the claim", func(t *testing.T) {
+		first = waitBackup(t, ns, scheduled.Name)
+		if first.Status.Phase != dbv1.BackupCompleted || first.Status.Size <= 0 || !strings.HasPrefix(first.Status.Checksum, "sha256:") ||
+			!strings.Contains(first.Status.Position, "/") || first.Status.Location != "file:///backups/"+ns+"/bk/"+first.Name ||
+			first.Status.Instance != replica {
+			t.Fatalf("scheduled backup status %+v", first.Status)
+		}
+		if tg := first.Status.Target; tg == nil || tg.Volume == nil || tg.Volume.ClaimName != "bk-backups" {
+			t.Errorf("recorded target %+v", tg)
+		}
+		c := waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, "Completed")
+		if !strings.Contains(c.Message, first.Name) {
+			t.Errorf("condition %+v", c)
+		}
+		if v := metricValue(t, "database_operator_backup_last_succeeded", ns, "bk"); v != 1 {
+			t.Errorf("last_succeeded metric %v", v)
+		}
+		waitEvent(t, ns, "bk", "Normal BackupCompleted")
+		// The Job's pod wrote onto the claim: the backup is in the claim's
+		// directory on the node, under the path the Backup records.
+		claim = claimDir(t, ns, "bk-backups")
+		if _, err := os.Stat(filepath.Join(claim, ns, "bk", first.Name, "manifest.json")); err != nil {
+			t.Errorf("the backup is not on the claim: %v", err)
+		}
+	}) {
+		return
 	}
 
 	// Two on-demand backups; after the second, keepLast 2 prunes the first.
-	newBackup(t, ns, "manual-1", "bk")
-	if b := waitBackup(t, ns, "manual-1"); b.Status.Phase != dbv1.BackupCompleted {
-		t.Fatalf("manual-1: %+v", b.Status)
-	}
-	if _, err := primary.Exec(ctx, "INSERT INTO orders (note) VALUES ('last one')"); err != nil {
-		t.Fatal(err)
-	}
-	want := pgRows(t, primary)
-	newBackup(t, ns, "manual-2", "bk")
-	if b := waitBackup(t, ns, "manual-2"); b.Status.Phase != dbv1.BackupCompleted {
-		t.Fatalf("manual-2: %+v", b.Status)
-	}
-	eventually(t, 30*time.Second, "retention deleting "+first.Name, func() string {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: first.Name}, &dbv1.Backup{})
-		if !apierrors.IsNotFound(err) {
-			return fmt.Sprintf("Backup %s still there: %v", first.Name, err)
+	if !t.Run("retention keeps the last 2", func(t *testing.T) {
+		newBackup(t, ns, "manual-1", "bk")
+		if b := waitBackup(t, ns, "manual-1"); b.Status.Phase != dbv1.BackupCompleted {
+			t.Fatalf("manual-1: %+v", b.Status)
 		}
-		return ""
-	})
-	entries, _ := os.ReadDir(filepath.Join(claim, ns, "bk"))
-	var left []string
-	for _, e := range entries {
-		left = append(left, e.Name())
-	}
-	if !slices.Equal(left, []string{"manual-1", "manual-2"}) {
-		t.Errorf("backups left on the volume: %v, want manual-1 and manual-2", left)
+		if _, err := primary.Exec(ctx, "INSERT INTO orders (note) VALUES ('last one')"); err != nil {
+			t.Fatal(err)
+		}
+		want = pgRows(t, primary)
+		newBackup(t, ns, "manual-2", "bk")
+		if b := waitBackup(t, ns, "manual-2"); b.Status.Phase != dbv1.BackupCompleted {
+			t.Fatalf("manual-2: %+v", b.Status)
+		}
+		eventually(t, 30*time.Second, "retention deleting "+first.Name, func() string {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: first.Name}, &dbv1.Backup{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Sprintf("Backup %s still there: %v", first.Name, err)
+			}
+			return ""
+		})
+		entries, _ := os.ReadDir(filepath.Join(claim, ns, "bk"))
+		var left []string
+		for _, e := range entries {
+			left = append(left, e.Name())
+		}
+		if !slices.Equal(left, []string{"manual-1", "manual-2"}) {
+			t.Errorf("backups left on the volume: %v, want manual-1 and manual-2", left)
+		}
+	}) {
+		return
 	}
 
-	t.Run("restore", func(t *testing.T) { restoreHeld(t, ns, "manual-2", want) })
-	t.Run("recreated over retained volumes", func(t *testing.T) { restoreOverKeptData(t, ns, "manual-2") })
+	if !t.Run("restore", func(t *testing.T) { restoreHeld(t, ns, "manual-2", want) }) {
+		return
+	}
+	if !t.Run("recreated over retained volumes", func(t *testing.T) { restoreOverKeptData(t, ns, "manual-2") }) {
+		return
+	}
 
 	// A corrupted backup: the restore is refused, nothing is loaded, the
 	// backup left as it is.
-	dump := filepath.Join(claim, ns, "bk", "manual-1", "db-0001.dump")
-	b, err := os.ReadFile(dump)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0xff
-	if err := os.WriteFile(dump, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	badDB := newDatabase(t, ns, "bk-bad", dbv1.EnginePostgreSQL, "15", func(d *dbv1.Database) {
-		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "manual-1"}}
-	})
-	c = waitCondition(t, badDB, dbv1.ConditionRestored, metav1.ConditionFalse, "RestoreFailed")
-	if !strings.Contains(c.Message, "BackupCorrupt") || !strings.Contains(c.Message, "nothing was restored") {
-		t.Errorf("Restored: %+v", c)
-	}
-	eventually(t, 30*time.Second, "bk-bad Failed", func() string {
-		got := &dbv1.Database{}
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(badDB), got); err != nil {
-			return err.Error()
+	t.Run("a corrupted backup is refused", func(t *testing.T) {
+		dump := filepath.Join(claim, ns, "bk", "manual-1", "db-0001.dump")
+		b, err := os.ReadFile(dump)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if role := podRole(ns, "bk-bad-0"); got.Status.Phase != dbv1.PhaseFailed || role == "primary" {
-			return fmt.Sprintf("phase %s, role %q", got.Status.Phase, role)
+		b[len(b)/2] ^= 0xff
+		if err := os.WriteFile(dump, b, 0o644); err != nil {
+			t.Fatal(err)
 		}
-		return ""
+		badDB := newDatabase(t, ns, "bk-bad", dbv1.EnginePostgreSQL, "15", func(d *dbv1.Database) {
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "manual-1"}}
+		})
+		c := waitCondition(t, badDB, dbv1.ConditionRestored, metav1.ConditionFalse, "RestoreFailed")
+		if !strings.Contains(c.Message, "BackupCorrupt") || !strings.Contains(c.Message, "nothing was restored") {
+			t.Errorf("Restored: %+v", c)
+		}
+		eventually(t, 30*time.Second, "bk-bad Failed", func() string {
+			got := &dbv1.Database{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(badDB), got); err != nil {
+				return err.Error()
+			}
+			if role := podRole(ns, "bk-bad-0"); got.Status.Phase != dbv1.PhaseFailed || role == "primary" {
+				return fmt.Sprintf("phase %s, role %q", got.Status.Phase, role)
+			}
+			return ""
+		})
+		waitEvent(t, ns, "bk-bad", "Warning RestoreFailed")
+		if after, _ := os.ReadFile(dump); string(after) != string(b) {
+			t.Error("the failed restore changed the backup")
+		}
+		// Nothing was loaded: the server (reached at its pod address, as no
+		// Service routes to it) has no table of the backup.
+		buser, bpassword := credentials(t, badDB)
+		bad := pgOpen(t, podIP(t, ns, "bk-bad-0"), buser, bpassword)
+		var table *string
+		if err := bad.QueryRow(ctx, "SELECT to_regclass('public.orders')::text").Scan(&table); err != nil || table != nil {
+			t.Errorf("the refused backup was loaded in part: orders is %v (%v)", ptr.Deref(table, "<none>"), err)
+		}
 	})
-	waitEvent(t, ns, "bk-bad", "Warning RestoreFailed")
-	if after, _ := os.ReadFile(dump); string(after) != string(b) {
-		t.Error("the failed restore changed the backup")
-	}
-	// Nothing was loaded: the server (reached at its pod address, as no
-	// Service routes to it) has no table of the backup.
-	buser, bpassword := credentials(t, badDB)
-	bad := pgOpen(t, podIP(t, ns, "bk-bad-0"), buser, bpassword)
-	var table *string
-	if err := bad.QueryRow(ctx, "SELECT to_regclass('public.orders')::text").Scan(&table); err != nil || table != nil {
-		t.Errorf("the refused backup was loaded in part: orders is %v (%v)", ptr.Deref(table, "<none>"), err)
-	}
 }
 
 // restoreHeld restores a backup into a new Database, bk-copy, whose
@@ -414,67 +442,83 @@ func TestMariaDBBackupToS3AndFailures(t *testing.T) {
 	}
 	objects := filepath.Join(s3.DataDir, s3.Bucket, "cluster-a", ns, "mb")
 	failed0 := max(metricValue(t, "database_operator_backups_total", ns, "mb", "phase", "Failed", "reason", "TargetInvalid"), 0)
+	var good *dbv1.Backup // the backup on S3
 
 	// No such Secret: refused before any Job, with what to create.
-	newBackup(t, ns, "no-secret", "mb", func(b *dbv1.Backup) { b.Spec.Target = target("missing") })
-	b := waitBackup(t, ns, "no-secret")
-	if b.Status.Phase != dbv1.BackupFailed || b.Status.Reason != "TargetInvalid" || !strings.Contains(b.Status.Message, "Secret "+ns+"/missing does not exist") {
-		t.Errorf("missing Secret: %+v", b.Status)
-	}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "no-secret"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
-		t.Errorf("a Job for the backup without a Secret: %v", err)
-	}
-	c := waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "TargetInvalid")
-	if !strings.Contains(c.Message, "no-secret") {
-		t.Errorf("condition %+v", c)
-	}
-	waitEvent(t, ns, "mb", "Warning BackupFailed")
-	if v := metricValue(t, "database_operator_backups_total", ns, "mb", "phase", "Failed", "reason", "TargetInvalid"); v != failed0+1 {
-		t.Errorf("backups_total{Failed,TargetInvalid} %v, want %v", v, failed0+1)
-	}
-	if v := metricValue(t, "database_operator_backup_last_succeeded", ns, "mb"); v != 0 {
-		t.Errorf("last_succeeded %v", v)
+	if !t.Run("no credentials Secret", func(t *testing.T) {
+		newBackup(t, ns, "no-secret", "mb", func(b *dbv1.Backup) { b.Spec.Target = target("missing") })
+		b := waitBackup(t, ns, "no-secret")
+		if b.Status.Phase != dbv1.BackupFailed || b.Status.Reason != "TargetInvalid" || !strings.Contains(b.Status.Message, "Secret "+ns+"/missing does not exist") {
+			t.Errorf("missing Secret: %+v", b.Status)
+		}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "no-secret"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a Job for the backup without a Secret: %v", err)
+		}
+		c := waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "TargetInvalid")
+		if !strings.Contains(c.Message, "no-secret") {
+			t.Errorf("condition %+v", c)
+		}
+		waitEvent(t, ns, "mb", "Warning BackupFailed")
+		if v := metricValue(t, "database_operator_backups_total", ns, "mb", "phase", "Failed", "reason", "TargetInvalid"); v != failed0+1 {
+			t.Errorf("backups_total{Failed,TargetInvalid} %v, want %v", v, failed0+1)
+		}
+		if v := metricValue(t, "database_operator_backup_last_succeeded", ns, "mb"); v != 0 {
+			t.Errorf("last_succeeded %v", v)
+		}
+	}) {
+		return
 	}
 
 	// Wrong secret key: the Job runs, the object store refuses it.
-	newBackup(t, ns, "wrong-key", "mb", func(b *dbv1.Backup) { b.Spec.Target = target("s3-wrong") })
-	b = waitBackup(t, ns, "wrong-key")
-	if b.Status.Phase != dbv1.BackupFailed || b.Status.Reason != "TargetFailed" || !strings.Contains(b.Status.Message, "access denied") {
-		t.Errorf("wrong credentials: %+v", b.Status)
-	}
-	waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "TargetFailed")
-	if _, err := os.Stat(filepath.Join(objects, "wrong-key")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused backup wrote to the bucket: %v", err)
+	if !t.Run("wrong credentials", func(t *testing.T) {
+		newBackup(t, ns, "wrong-key", "mb", func(b *dbv1.Backup) { b.Spec.Target = target("s3-wrong") })
+		b := waitBackup(t, ns, "wrong-key")
+		if b.Status.Phase != dbv1.BackupFailed || b.Status.Reason != "TargetFailed" || !strings.Contains(b.Status.Message, "access denied") {
+			t.Errorf("wrong credentials: %+v", b.Status)
+		}
+		waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "TargetFailed")
+		if _, err := os.Stat(filepath.Join(objects, "wrong-key")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the refused backup wrote to the bucket: %v", err)
+		}
+	}) {
+		return
 	}
 
 	// The right key: a backup at s3://, and a new Database restored from its location.
-	newBackup(t, ns, "good", "mb", func(b *dbv1.Backup) { b.Spec.Target = target("s3-good") })
-	good := waitBackup(t, ns, "good")
-	if good.Status.Phase != dbv1.BackupCompleted || good.Status.Location != "s3://"+s3.Bucket+"/cluster-a/"+ns+"/mb/good" || len(strings.Split(good.Status.Position, "-")) != 3 {
-		t.Fatalf("S3 backup: %+v", good.Status)
-	}
-	waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, "Completed")
-	if _, err := os.Stat(filepath.Join(objects, "good", "manifest.json")); err != nil {
-		t.Errorf("the backup's manifest is not on the S3 server: %v", err)
-	}
-
-	copyDB := newDatabase(t, ns, "mb-copy", dbv1.EngineMariaDB, "10.11", func(d *dbv1.Database) {
-		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Source: &dbv1.BackupSource{Target: *target("s3-good"), Path: good.Status.Path}}
-	})
-	waitCondition(t, copyDB, dbv1.ConditionRestored, metav1.ConditionTrue, "RestoreSucceeded")
-	waitRunning(t, copyDB, 1, 3*time.Minute)
-	cuser, cpassword := credentials(t, copyDB)
-	cfg := mariaDBConfig(resolveOne(t, "mb-copy-rw", ns), cuser, cpassword)
-	cfg.Timeout = 5 * time.Second
-	restored := openMariaDB(t, cfg)
-	// Tried for a minute: see pgOpen (an address just reused).
-	eventually(t, time.Minute, "30 rows in mb-copy", func() string {
-		var n int
-		if err := restored.QueryRow("SELECT count(*) FROM shop.orders").Scan(&n); err != nil || n != 30 {
-			return fmt.Sprintf("%d rows (%v)", n, err)
+	if !t.Run("a backup to S3", func(t *testing.T) {
+		newBackup(t, ns, "good", "mb", func(b *dbv1.Backup) { b.Spec.Target = target("s3-good") })
+		good = waitBackup(t, ns, "good")
+		if good.Status.Phase != dbv1.BackupCompleted || good.Status.Location != "s3://"+s3.Bucket+"/cluster-a/"+ns+"/mb/good" || len(strings.Split(good.Status.Position, "-")) != 3 {
+			t.Fatalf("S3 backup: %+v", good.Status)
 		}
-		return ""
-	})
+		waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionTrue, "Completed")
+		if _, err := os.Stat(filepath.Join(objects, "good", "manifest.json")); err != nil {
+			t.Errorf("the backup's manifest is not on the S3 server: %v", err)
+		}
+	}) {
+		return
+	}
+	if !t.Run("restored from the backup's location", func(t *testing.T) {
+		copyDB := newDatabase(t, ns, "mb-copy", dbv1.EngineMariaDB, "10.11", func(d *dbv1.Database) {
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Source: &dbv1.BackupSource{Target: *target("s3-good"), Path: good.Status.Path}}
+		})
+		waitCondition(t, copyDB, dbv1.ConditionRestored, metav1.ConditionTrue, "RestoreSucceeded")
+		waitRunning(t, copyDB, 1, 3*time.Minute)
+		cuser, cpassword := credentials(t, copyDB)
+		cfg := mariaDBConfig(resolveOne(t, "mb-copy-rw", ns), cuser, cpassword)
+		cfg.Timeout = 5 * time.Second
+		restored := openMariaDB(t, cfg)
+		// Tried for a minute: see pgOpen (an address just reused).
+		eventually(t, time.Minute, "30 rows in mb-copy", func() string {
+			var n int
+			if err := restored.QueryRow("SELECT count(*) FROM shop.orders").Scan(&n); err != nil || n != 30 {
+				return fmt.Sprintf("%d rows (%v)", n, err)
+			}
+			return ""
+		})
+	}) {
+		return
+	}
 
 	// A backup that runs long: a session holds a write lock on the table,
 	// so the dump's FLUSH TABLES WITH READ LOCK waits behind it.
@@ -488,33 +532,39 @@ func TestMariaDBBackupToS3AndFailures(t *testing.T) {
 	}
 	release := func() { _, _ = lock.ExecContext(ctx, "UNLOCK TABLES") }
 	defer release()
-	newBackup(t, ns, "slow", "mb", func(b *dbv1.Backup) { b.Spec.DeadlineSeconds = ptr.To[int64](30) })
-	eventually(t, 30*time.Second, "slow running", func() string {
-		got := &dbv1.Backup{}
-		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slow"}, got); err != nil {
-			return err.Error()
+	if !t.Run("a scheduled run while a backup runs is skipped", func(t *testing.T) {
+		newBackup(t, ns, "slow", "mb", func(b *dbv1.Backup) { b.Spec.DeadlineSeconds = ptr.To[int64](30) })
+		eventually(t, 30*time.Second, "slow running", func() string {
+			got := &dbv1.Backup{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slow"}, got); err != nil {
+				return err.Error()
+			}
+			if got.Status.Phase != dbv1.BackupRunning {
+				return string(got.Status.Phase)
+			}
+			return ""
+		})
+		// A scheduled run while a backup is running is skipped, and says so.
+		newBackup(t, ns, "mb-202612030300", "mb", func(b *dbv1.Backup) { b.Labels = map[string]string{"database.example.com/scheduled": "true"} })
+		skipped := waitBackup(t, ns, "mb-202612030300")
+		if skipped.Status.Phase != dbv1.BackupSkipped || !strings.Contains(skipped.Status.Message, "slow") {
+			t.Errorf("scheduled run during a backup: %+v", skipped.Status)
 		}
-		if got.Status.Phase != dbv1.BackupRunning {
-			return string(got.Status.Phase)
-		}
-		return ""
-	})
-	// A scheduled run while a backup is running is skipped, and says so.
-	newBackup(t, ns, "mb-202612030300", "mb", func(b *dbv1.Backup) { b.Labels = map[string]string{"database.example.com/scheduled": "true"} })
-	skipped := waitBackup(t, ns, "mb-202612030300")
-	if skipped.Status.Phase != dbv1.BackupSkipped || !strings.Contains(skipped.Status.Message, "slow") {
-		t.Errorf("scheduled run during a backup: %+v", skipped.Status)
+		waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "PreviousBackupRunning")
+	}) {
+		return
 	}
-	waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "PreviousBackupRunning")
 
 	// The blocked backup passes its 30 s deadline: the Job controller stops it.
-	slow := waitBackup(t, ns, "slow")
-	release()
-	if slow.Status.Phase != dbv1.BackupFailed || slow.Status.Reason != "DeadlineExceeded" {
-		t.Errorf("backup past its deadline: %+v", slow.Status)
-	}
-	waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "DeadlineExceeded")
-	waitEvent(t, ns, "slow", "Warning BackupFailed")
+	t.Run("a backup past its deadline", func(t *testing.T) {
+		slow := waitBackup(t, ns, "slow")
+		release()
+		if slow.Status.Phase != dbv1.BackupFailed || slow.Status.Reason != "DeadlineExceeded" {
+			t.Errorf("backup past its deadline: %+v", slow.Status)
+		}
+		waitCondition(t, db, dbv1.ConditionLastBackupSucceeded, metav1.ConditionFalse, "DeadlineExceeded")
+		waitEvent(t, ns, "slow", "Warning BackupFailed")
+	})
 }
 
 // newDatabase creates a one-instance Database in an existing namespace

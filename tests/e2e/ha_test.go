@@ -506,111 +506,135 @@ func TestFormerPrimaryReturns(t *testing.T) {
 			db, open, primary, _ := replicatedPair(t, d, "back")
 			ns := db.Namespace
 			old, repl := db.Name+"-0", db.Name+"-1"
-			// The primary takes a write the replica never receives.
 			root := d.superuser(t, db, podIP(t, ns, repl))
-			if d.engine == dbv1.EngineMariaDB {
-				if err := execTimeout(root, "STOP SLAVE IO_THREAD"); err != nil {
-					t.Fatal(err)
-				}
-				insert(t, primary, 11, 11, "errant")
-			} else {
-				// No WAL receiver until the operator points it somewhere.
-				for _, stmt := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
-					if err := execTimeout(root, stmt); err != nil {
+			var oldPod *corev1.Pod // the former primary's pod before the partition
+
+			// The primary takes a write the replica never receives.
+			if !t.Run("the primary takes a write the replica never receives", func(t *testing.T) {
+				if d.engine == dbv1.EngineMariaDB {
+					if err := execTimeout(root, "STOP SLAVE IO_THREAD"); err != nil {
 						t.Fatal(err)
 					}
+					insert(t, primary, 11, 11, "errant")
+				} else {
+					// No WAL receiver until the operator points it somewhere.
+					for _, stmt := range []string{"ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()"} {
+						if err := execTimeout(root, stmt); err != nil {
+							t.Fatal(err)
+						}
+					}
+					eventually(t, 30*time.Second, "the replica's WAL receiver stopped", func() string {
+						var n int
+						if err := root.QueryRow("SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
+							return err.Error()
+						}
+						if n != 0 {
+							return "still receiving"
+						}
+						return ""
+					})
+					insert(t, primary, 11, 11, "errant")
 				}
-				eventually(t, 30*time.Second, "the replica's WAL receiver stopped", func() string {
-					var n int
-					if err := root.QueryRow("SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n); err != nil {
-						return err.Error()
-					}
-					if n != 0 {
-						return "still receiving"
-					}
-					return ""
-				})
-				insert(t, primary, 11, 11, "errant")
+			}) {
+				return
 			}
-			oldPod, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+
 			// The primary's machine is cut off from everyone: its agent
 			// cannot renew the Lease and stops the server; once the Lease
 			// has expired the replica is promoted.
-			if err := node.Partition(ns, old); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = node.Heal(ns, old) })
-			hung := time.Now()
-			if d.engine == dbv1.EngineMariaDB {
-				// The replica reconnects, as a live one would, only once
-				// the primary hangs: started before, it would fetch the
-				// errant write in the milliseconds before the signal (a CI
-				// run did).
-				if err := execTimeout(root, "START SLAVE IO_THREAD"); err != nil {
+			if !t.Run("failover to "+repl, func(t *testing.T) {
+				var err error
+				oldPod, err = cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
+				if err != nil {
 					t.Fatal(err)
 				}
+				if err := node.Partition(ns, old); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = node.Heal(ns, old) })
+				hung := time.Now()
+				if d.engine == dbv1.EngineMariaDB {
+					// The replica reconnects, as a live one would, only once
+					// the primary hangs: started before, it would fetch the
+					// errant write in the milliseconds before the signal (a CI
+					// run did).
+					if err := execTimeout(root, "START SLAVE IO_THREAD"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				waitFailover(t, db, old, 2*time.Minute)
+				// Back: its agent reads the Lease, which names the new primary,
+				// and starts the server fenced, as it was, for the operator to
+				// record what it holds before anything discards it.
+				if err := node.Heal(ns, old); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("promoted %s after the partition", time.Since(hung).Round(time.Second))
+				insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 12, 12, "after failover")
+			}) {
+				return
 			}
-			waitFailover(t, db, old, 2*time.Minute)
-			// Back: its agent reads the Lease, which names the new primary,
-			// and starts the server fenced, as it was, for the operator to
-			// record what it holds before anything discards it.
-			if err := node.Heal(ns, old); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("promoted %s after the partition", time.Since(hung).Round(time.Second))
-			insert(t, open(resolveOne(t, db.Name+"-rw", ns)), 12, 12, "after failover")
 
-			eventually(t, 2*time.Minute, old+" restarted by the operator", func() string {
-				p, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
-				if err != nil {
-					return err.Error()
-				}
-				if p.UID == oldPod.UID {
-					return "same pod"
-				}
-				return ""
-			})
-			waitRunning(t, db, 2, 3*time.Minute)
-			want := 11 // 10 acknowledged and replicated, 1 after the failover
-			eventually(t, 2*time.Minute, "the former primary a read-only replica of the new one", func() string {
-				if s := atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, want, true) }); s != "" {
-					return s
-				}
-				if r := podRole(ns, old); r != "replica" {
-					return old + " labelled " + r
-				}
-				return ""
-			})
-			atPod(t, open, ns, old, func(c *sql.DB) string {
-				if n, err := notes(c); err != nil || n["errant"] != 0 || n["after failover"] != 1 {
-					t.Errorf("rows on the former primary: %v (%v)", n, err)
-				}
-				return ""
-			})
-			claim := claimDir(t, ns, "data-"+old)
-			aside, _ := filepath.Glob(filepath.Join(claim, "*rebuild*"))
-			log, _ := node.Logs(ns, old, "database", false)
-			if d.engine == dbv1.EngineMariaDB {
-				if len(aside) != 1 {
-					t.Errorf("diverged data set aside on %s: %v, want one directory", claim, aside)
-				}
-				wantEvents(t, db, "InstanceDiverged", "InstanceRestarted")
-			} else {
-				if len(aside) != 0 {
-					t.Errorf("data set aside on the former primary (a rewind was enough): %v", aside)
-				}
-				if !strings.Contains(string(log), "rewinding onto "+repl) || strings.Contains(string(log), "pg_rewind failed") {
-					t.Errorf("the former primary was not rewound:\n%s", tail(string(log), 3000))
-				}
-				// The rewind discarded the errant write; its WAL is kept.
-				if wal, _ := filepath.Glob(filepath.Join(claim, "diverged-wal-*", "0000*")); len(wal) == 0 {
-					t.Errorf("the diverged WAL was not kept aside on %s:\n%s", claim, tail(string(log), 3000))
-				}
-				wantEvents(t, db, "DivergedWritesSetAside", "InstanceRestarted")
+			if !t.Run("the former primary restarted by the operator", func(t *testing.T) {
+				eventually(t, 2*time.Minute, old+" restarted by the operator", func() string {
+					p, err := cs.CoreV1().Pods(ns).Get(context.Background(), old, metav1.GetOptions{})
+					if err != nil {
+						return err.Error()
+					}
+					if p.UID == oldPod.UID {
+						return "same pod"
+					}
+					return ""
+				})
+				waitRunning(t, db, 2, 3*time.Minute)
+			}) {
+				return
 			}
+
+			if !t.Run("the former primary a read-only replica of the new one", func(t *testing.T) {
+				want := 11 // 10 acknowledged and replicated, 1 after the failover
+				eventually(t, 2*time.Minute, "the former primary a read-only replica of the new one", func() string {
+					if s := atPod(t, open, ns, old, func(c *sql.DB) string { return d.state(c, want, true) }); s != "" {
+						return s
+					}
+					if r := podRole(ns, old); r != "replica" {
+						return old + " labelled " + r
+					}
+					return ""
+				})
+				atPod(t, open, ns, old, func(c *sql.DB) string {
+					if n, err := notes(c); err != nil || n["errant"] != 0 || n["after failover"] != 1 {
+						t.Errorf("rows on the former primary: %v (%v)", n, err)
+					}
+					return ""
+				})
+			}) {
+				return
+			}
+
+			t.Run("the diverged data kept on the volume", func(t *testing.T) {
+				claim := claimDir(t, ns, "data-"+old)
+				aside, _ := filepath.Glob(filepath.Join(claim, "*rebuild*"))
+				log, _ := node.Logs(ns, old, "database", false)
+				if d.engine == dbv1.EngineMariaDB {
+					if len(aside) != 1 {
+						t.Errorf("diverged data set aside on %s: %v, want one directory", claim, aside)
+					}
+					wantEvents(t, db, "InstanceDiverged", "InstanceRestarted")
+				} else {
+					if len(aside) != 0 {
+						t.Errorf("data set aside on the former primary (a rewind was enough): %v", aside)
+					}
+					if !strings.Contains(string(log), "rewinding onto "+repl) || strings.Contains(string(log), "pg_rewind failed") {
+						t.Errorf("the former primary was not rewound:\n%s", tail(string(log), 3000))
+					}
+					// The rewind discarded the errant write; its WAL is kept.
+					if wal, _ := filepath.Glob(filepath.Join(claim, "diverged-wal-*", "0000*")); len(wal) == 0 {
+						t.Errorf("the diverged WAL was not kept aside on %s:\n%s", claim, tail(string(log), 3000))
+					}
+					wantEvents(t, db, "DivergedWritesSetAside", "InstanceRestarted")
+				}
+			})
 		})
 	}
 }

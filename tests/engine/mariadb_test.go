@@ -27,98 +27,118 @@ func TestMariaDBFailoverPrimitives(t *testing.T) {
 	r1, r2 := primary.StartReplica(t), primary.StartReplica(t)
 	p, i1, i2 := primary.Instance(t), r1.Instance(t), r2.Instance(t)
 	root := engine.Credentials{User: "root", Password: testservers.MariaDBRootPassword}
-	if err := primary.AppExec(ctx, "CREATE DATABASE shop"); err != nil {
-		t.Fatal(err)
-	}
-	if err := primary.AppExec(ctx, "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"); err != nil {
-		t.Fatal(err)
-	}
-	for range 100 {
-		if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('before failover')"); err != nil {
+	var pst engine.Status // the primary's last status before it is lost
+
+	if !t.Run("the replicas follow the primary", func(t *testing.T) {
+		if err := primary.AppExec(ctx, "CREATE DATABASE shop"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	waitCaughtUp(t, ctx, p, i1, "r1")
-	waitCaughtUp(t, ctx, p, i2, "r2")
-	if st, _ := i1.Status(ctx); !st.ReadOnly || !strings.HasSuffix(st.Source, ":"+itoa(primary.Port)) {
-		t.Errorf("replica status %+v: want read-only, streaming from %d", st, primary.Port)
-	}
-	// A replica refuses application writes.
-	if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on a replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
-		t.Errorf("application write on a replica: %v", err)
+		if err := primary.AppExec(ctx, "CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)"); err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('before failover')"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitCaughtUp(t, ctx, p, i1, "r1")
+		waitCaughtUp(t, ctx, p, i2, "r2")
+		if st, _ := i1.Status(ctx); !st.ReadOnly || !strings.HasSuffix(st.Source, ":"+itoa(primary.Port)) {
+			t.Errorf("replica status %+v: want read-only, streaming from %d", st, primary.Port)
+		}
+		// A replica refuses application writes.
+		if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on a replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Errorf("application write on a replica: %v", err)
+		}
+	}) {
+		return
 	}
 
 	// Fence the primary: application writes fail.
-	if err := p.Fence(ctx); err != nil {
-		t.Fatal(err)
+	if !t.Run("fencing stops application writes", func(t *testing.T) {
+		if err := p.Fence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('after fence')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Fatalf("application write on a fenced primary: %v", err)
+		}
+		if err := p.Unfence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('acknowledged last')"); err != nil {
+			t.Fatal(err)
+		}
+		waitCaughtUp(t, ctx, p, i1, "r1 again")
+		pst, _ = p.Status(ctx)
+	}) {
+		return
 	}
-	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('after fence')"); err == nil || !strings.Contains(err.Error(), "read-only") {
-		t.Fatalf("application write on a fenced primary: %v", err)
-	}
-	if err := p.Unfence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('acknowledged last')"); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, ctx, p, i1, "r1 again")
-	pst, _ := p.Status(ctx)
 
 	// Lose the primary; promote r1 (which has applied everything); r2 follows it.
-	primary.Kill()
-	if err := i1.Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s1, _ := i1.Status(ctx)
-	if s1.Role != engine.RolePrimary || s1.ReadOnly {
-		t.Fatalf("promoted status %+v", s1)
-	}
-	if c, err := i1.Compare(s1.Applied, pst.Applied); err != nil || c != 0 {
-		t.Errorf("the promoted replica is at %s, the lost primary was at %s (%d, %v): acknowledged writes lost", s1.Applied, pst.Applied, c, err)
-	}
-	if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on the new primary')"); err != nil {
-		t.Fatalf("write on the promoted replica: %v", err)
-	}
-	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, root); err != nil {
-		t.Fatal(err)
-	}
-	waitCaughtUp(t, ctx, i1, i2, "r2 after follow")
-	if n1, n2 := r1.Count(t, "shop.orders"), r2.Count(t, "shop.orders"); n1 != 102 || n2 != 102 {
-		t.Errorf("rows: new primary %d, other replica %d; want 102 each", n1, n2)
+	if !t.Run("failover to r1", func(t *testing.T) {
+		primary.Kill()
+		if err := i1.Promote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s1, _ := i1.Status(ctx)
+		if s1.Role != engine.RolePrimary || s1.ReadOnly {
+			t.Fatalf("promoted status %+v", s1)
+		}
+		if c, err := i1.Compare(s1.Applied, pst.Applied); err != nil || c != 0 {
+			t.Errorf("the promoted replica is at %s, the lost primary was at %s (%d, %v): acknowledged writes lost", s1.Applied, pst.Applied, c, err)
+		}
+		if err := r1.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on the new primary')"); err != nil {
+			t.Fatalf("write on the promoted replica: %v", err)
+		}
+		if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, root); err != nil {
+			t.Fatal(err)
+		}
+		waitCaughtUp(t, ctx, i1, i2, "r2 after follow")
+		if n1, n2 := r1.Count(t, "shop.orders"), r2.Count(t, "shop.orders"); n1 != 102 || n2 != 102 {
+			t.Errorf("rows: new primary %d, other replica %d; want 102 each", n1, n2)
+		}
+	}) {
+		return
 	}
 
 	// The old primary comes back and takes a write it should not have: its
 	// GTID position has diverged from the new primary's.
-	primary.Restart(t)
-	old := primary.Instance(t)
-	if err := old.Unfence(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('errant')"); err != nil {
-		t.Fatal(err)
-	}
-	ost, _ := old.Status(ctx)
-	s1, _ = i1.Status(ctx)
-	if _, err := i1.Compare(ost.Applied, s1.Applied); !errors.Is(err, engine.ErrDiverged) {
-		t.Errorf("old primary %s vs new primary %s: %v, want diverged", ost.Applied, s1.Applied, err)
+	if !t.Run("the old primary's errant write diverges", func(t *testing.T) {
+		primary.Restart(t)
+		old := primary.Instance(t)
+		if err := old.Unfence(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('errant')"); err != nil {
+			t.Fatal(err)
+		}
+		ost, _ := old.Status(ctx)
+		s1, _ := i1.Status(ctx)
+		if _, err := i1.Compare(ost.Applied, s1.Applied); !errors.Is(err, engine.ErrDiverged) {
+			t.Errorf("old primary %s vs new primary %s: %v, want diverged", ost.Applied, s1.Applied, err)
+		}
+	}) {
+		return
 	}
 
 	// The operator asks for a rebuild: the start script sets the diverged
 	// data aside and clones the new primary.
-	primary.Stop()
-	primary.Topology().Write(t, map[string]string{"primary": r1.Pod, "rebuild-" + primary.Pod: "20261203T000000Z"})
-	primary.Restart(t)
-	if aside, _ := filepath.Glob(primary.Data() + ".rebuild-*"); len(aside) != 1 {
-		t.Errorf("data set aside: %v, want one directory", aside)
-	}
-	rebuilt := primary.Instance(t)
-	waitCaughtUp(t, ctx, i1, rebuilt, "the rebuilt former primary")
-	if n := primary.Count(t, "shop.orders"); n != 102 {
-		t.Errorf("rebuilt former primary has %d rows, want the new primary's 102 (without the errant one)", n)
-	}
-	if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on a rebuilt replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
-		t.Errorf("application write on the rebuilt replica: %v", err)
-	}
+	t.Run("rebuild on request", func(t *testing.T) {
+		primary.Stop()
+		primary.Topology().Write(t, map[string]string{"primary": r1.Pod, "rebuild-" + primary.Pod: "20261203T000000Z"})
+		primary.Restart(t)
+		if aside, _ := filepath.Glob(primary.Data() + ".rebuild-*"); len(aside) != 1 {
+			t.Errorf("data set aside: %v, want one directory", aside)
+		}
+		rebuilt := primary.Instance(t)
+		waitCaughtUp(t, ctx, i1, rebuilt, "the rebuilt former primary")
+		if n := primary.Count(t, "shop.orders"); n != 102 {
+			t.Errorf("rebuilt former primary has %d rows, want the new primary's 102 (without the errant one)", n)
+		}
+		if err := primary.AppExec(ctx, "INSERT INTO shop.orders (note) VALUES ('on a rebuilt replica')"); err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Errorf("application write on the rebuilt replica: %v", err)
+		}
+	})
 }
 
 // TestMariaDBFormerPrimaryFollows: a former primary that took no write

@@ -119,103 +119,132 @@ func TestPostgresStartScript(t *testing.T) {
 	defer cancel()
 	servers := testservers.StartPostgresCluster(t, "orders", 3)
 	old, r1, r2 := servers[0], servers[1], servers[2]
-	if err := old.Exec(ctx, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
-		t.Fatal(err)
-	}
-	for range 20 {
-		if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('acknowledged')"); err != nil {
+	p, i1, i2 := old.Instance(t), r1.Instance(t), r2.Instance(t)
+	var fork engine.Position // where the new primary's history left timeline 1
+
+	if !t.Run("the script clones the replicas", func(t *testing.T) {
+		if err := old.Exec(ctx, "CREATE TABLE orders (id serial PRIMARY KEY, note text)"); err != nil {
 			t.Fatal(err)
 		}
+		for range 20 {
+			if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('acknowledged')"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitCaughtUp(t, ctx, p, i1, "r1 (cloned by the script)")
+		waitCaughtUp(t, ctx, p, i2, "r2 (cloned by the script)")
+	}) {
+		return
 	}
-	p, i1, i2 := old.Instance(t), r1.Instance(t), r2.Instance(t)
-	waitCaughtUp(t, ctx, p, i1, "r1 (cloned by the script)")
-	waitCaughtUp(t, ctx, p, i2, "r2 (cloned by the script)")
 
 	// Failover to r1; r2 follows. The old primary comes back with the old
 	// topology (a partitioned node) and takes a write nobody else has.
-	old.Kill()
-	if err := i1.Promote(ctx); err != nil {
-		t.Fatal(err)
+	if !t.Run("failover to r1", func(t *testing.T) {
+		old.Kill()
+		if err := i1.Promote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, engine.Credentials{User: "postgres", Password: r1.Password}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r1.Exec(ctx, "INSERT INTO orders (note) VALUES ('on the new primary')"); err != nil {
+			t.Fatal(err)
+		}
+	}) {
+		return
 	}
-	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, engine.Credentials{User: "postgres", Password: r1.Password}); err != nil {
-		t.Fatal(err)
+	if !t.Run("the old primary takes a write nobody else has", func(t *testing.T) {
+		old.Restart(t)
+		if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('errant')"); err != nil {
+			t.Fatalf("the old primary, restarted with the old topology, should run as a primary: %v", err)
+		}
+		// The new primary tells where timeline 1 left its history: the old
+		// primary's errant write lies beyond that point.
+		errant, err := old.Instance(t).Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var forked bool
+		fork, forked, err = i1.ForkPoint(ctx, errant.Applied.Timeline)
+		if err != nil || !forked || fork.Timeline != 1 || fork.LSN >= errant.Applied.LSN {
+			t.Errorf("fork point of timeline %d on the new primary: %+v %t %v; want one before the errant write at %s", errant.Applied.Timeline, fork, forked, err, errant.Applied)
+		}
+		if _, forked, err := i1.ForkPoint(ctx, 2); err != nil || forked {
+			t.Errorf("fork point of the new primary's own timeline: %t %v, want none", forked, err)
+		}
+		old.Kill()
+	}) {
+		return
 	}
-	if err := r1.Exec(ctx, "INSERT INTO orders (note) VALUES ('on the new primary')"); err != nil {
-		t.Fatal(err)
-	}
-	old.Restart(t)
-	if err := old.Exec(ctx, "INSERT INTO orders (note) VALUES ('errant')"); err != nil {
-		t.Fatalf("the old primary, restarted with the old topology, should run as a primary: %v", err)
-	}
-	// The new primary tells where timeline 1 left its history: the old
-	// primary's errant write lies beyond that point.
-	errant, err := old.Instance(t).Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fork, forked, err := i1.ForkPoint(ctx, errant.Applied.Timeline)
-	if err != nil || !forked || fork.Timeline != 1 || fork.LSN >= errant.Applied.LSN {
-		t.Errorf("fork point of timeline %d on the new primary: %+v %t %v; want one before the errant write at %s", errant.Applied.Timeline, fork, forked, err, errant.Applied)
-	}
-	if _, forked, err := i1.ForkPoint(ctx, 2); err != nil || forked {
-		t.Errorf("fork point of the new primary's own timeline: %t %v, want none", forked, err)
-	}
-	old.Kill()
 
 	// The operator's topology names r1: the former primary starts fenced
 	// (read-only), not rewound, until the operator has recorded what a
 	// rewind discards and asks for it.
-	old.Topology().SetPrimary(t, r1.Pod)
-	old.Restart(t)
-	if !strings.Contains(old.Log(), "starting it fenced") {
-		t.Errorf("the former primary did not start fenced:\n%s", old.Log())
+	if !t.Run("the former primary starts fenced", func(t *testing.T) {
+		old.Topology().SetPrimary(t, r1.Pod)
+		old.Restart(t)
+		if !strings.Contains(old.Log(), "starting it fenced") {
+			t.Errorf("the former primary did not start fenced:\n%s", old.Log())
+		}
+		if st, err := old.Instance(t).Status(ctx); err != nil || st.Role != engine.RolePrimary || !st.ReadOnly {
+			t.Errorf("the former primary back: %+v (%v); want a read-only (fenced) primary", st, err)
+		}
+		old.Kill()
+	}) {
+		return
 	}
-	if st, err := old.Instance(t).Status(ctx); err != nil || st.Role != engine.RolePrimary || !st.ReadOnly {
-		t.Errorf("the former primary back: %+v (%v); want a read-only (fenced) primary", st, err)
-	}
-	old.Kill()
 	// The operator asks for the rewind: the start script rewinds.
-	old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rewind-" + old.Pod: "20261203T000000Z"})
-	old.Restart(t)
-	if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") || strings.Contains(old.Log(), "pg_rewind failed") {
-		t.Errorf("the start script did not rewind:\n%s", old.Log())
-	}
-	rejoined := old.Instance(t)
-	waitCaughtUp(t, ctx, i1, rejoined, "the rewound former primary")
-	st, _ := rejoined.Status(ctx)
-	if st.Applied.Timeline != 2 || !strings.HasSuffix(st.Source, ":"+itoa(r1.Port)) {
-		t.Errorf("rewound former primary %+v: want a standby on timeline 2 streaming from port %d", st, r1.Port)
-	}
-	if n, want := old.Count(t, "orders WHERE note = 'errant'"), 0; n != want {
-		t.Errorf("the errant write survived the rewind (%d rows)", n)
-	}
-	// ...but its WAL was kept aside first, from the fork point's segment on.
-	kept, _ := filepath.Glob(filepath.Join(filepath.Dir(old.Data()), "diverged-wal-*", "00000001*"))
-	if len(kept) == 0 || !strings.Contains(old.Log(), "is kept in") {
-		t.Errorf("the diverged WAL was not kept aside (%v):\n%s", kept, old.Log())
-	}
-	if forkSegment := fmt.Sprintf("%08X%08X%08X", 1, uint64(fork.LSN)>>32, uint32(fork.LSN)>>24); len(kept) > 0 && filepath.Base(kept[0]) != forkSegment {
-		t.Errorf("kept %v, want it to start with the fork point's segment %s", kept, forkSegment)
-	}
-	if a, b := old.Count(t, "orders"), r1.Count(t, "orders"); a != 21 || b != 21 {
-		t.Errorf("rows: rewound %d, primary %d; want 21 each", a, b)
+	if !t.Run("rewind on request", func(t *testing.T) {
+		old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rewind-" + old.Pod: "20261203T000000Z"})
+		old.Restart(t)
+		if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") || strings.Contains(old.Log(), "pg_rewind failed") {
+			t.Errorf("the start script did not rewind:\n%s", old.Log())
+		}
+		rejoined := old.Instance(t)
+		waitCaughtUp(t, ctx, i1, rejoined, "the rewound former primary")
+		st, _ := rejoined.Status(ctx)
+		if st.Applied.Timeline != 2 || !strings.HasSuffix(st.Source, ":"+itoa(r1.Port)) {
+			t.Errorf("rewound former primary %+v: want a standby on timeline 2 streaming from port %d", st, r1.Port)
+		}
+		if n, want := old.Count(t, "orders WHERE note = 'errant'"), 0; n != want {
+			t.Errorf("the errant write survived the rewind (%d rows)", n)
+		}
+		// ...but its WAL was kept aside first, from the fork point's segment on.
+		kept, _ := filepath.Glob(filepath.Join(filepath.Dir(old.Data()), "diverged-wal-*", "00000001*"))
+		if len(kept) == 0 || !strings.Contains(old.Log(), "is kept in") {
+			t.Errorf("the diverged WAL was not kept aside (%v):\n%s", kept, old.Log())
+		}
+		if forkSegment := fmt.Sprintf("%08X%08X%08X", 1, uint64(fork.LSN)>>32, uint32(fork.LSN)>>24); len(kept) > 0 && filepath.Base(kept[0]) != forkSegment {
+			t.Errorf("kept %v, want it to start with the fork point's segment %s", kept, forkSegment)
+		}
+		if a, b := old.Count(t, "orders"), r1.Count(t, "orders"); a != 21 || b != 21 {
+			t.Errorf("rows: rewound %d, primary %d; want 21 each", a, b)
+		}
+	}) {
+		return
 	}
 
 	// A rebuild request: the data goes aside, a fresh clone streams.
-	r2.Stop()
-	old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rebuild-" + r2.Pod: "20261203T000000Z"})
-	r2.Restart(t)
-	aside, _ := filepath.Glob(r2.Data() + ".rebuild-*")
-	if len(aside) != 1 {
-		t.Errorf("data set aside: %v, want one directory", aside)
+	if !t.Run("rebuild on request", func(t *testing.T) {
+		r2.Stop()
+		old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rebuild-" + r2.Pod: "20261203T000000Z"})
+		r2.Restart(t)
+		aside, _ := filepath.Glob(r2.Data() + ".rebuild-*")
+		if len(aside) != 1 {
+			t.Errorf("data set aside: %v, want one directory", aside)
+		}
+		waitCaughtUp(t, ctx, i1, r2.Instance(t), "the rebuilt replica")
+	}) {
+		return
 	}
-	waitCaughtUp(t, ctx, i1, r2.Instance(t), "the rebuilt replica")
 	// The request is carried out once: a plain restart keeps the data.
-	r2.Stop()
-	r2.Restart(t)
-	if again, _ := filepath.Glob(r2.Data() + ".rebuild-*"); len(again) != 1 {
-		t.Errorf("a second restart rebuilt again: %v", again)
-	}
+	t.Run("a plain restart keeps the rebuilt data", func(t *testing.T) {
+		r2.Stop()
+		r2.Restart(t)
+		if again, _ := filepath.Glob(r2.Data() + ".rebuild-*"); len(again) != 1 {
+			t.Errorf("a second restart rebuilt again: %v", again)
+		}
+	})
 }
 
 // waitCaughtUp waits until replica has applied all that primary has written.

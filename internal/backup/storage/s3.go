@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
@@ -51,20 +52,8 @@ type s3Store struct {
 // (an empty bucket, endpoint or key names the field) without any request:
 // Check reaches the endpoint.
 func NewS3(_ context.Context, cfg S3Config) (Store, error) {
-	var missing []string
-	for _, f := range []struct{ name, v string }{
-		{"endpoint", cfg.Endpoint}, {"bucket", cfg.Bucket},
-		{"access key ID", cfg.AccessKeyID}, {"secret access key", cfg.SecretAccessKey},
-	} {
-		if strings.TrimSpace(f.v) == "" {
-			missing = append(missing, f.name)
-		}
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("s3 configuration: %s must be set", strings.Join(missing, ", "))
-	}
-	if err := s3utils.CheckValidBucketName(cfg.Bucket); err != nil {
-		return nil, fmt.Errorf("s3 configuration: bucket %q: %w", cfg.Bucket, err)
+	if err := checkS3Config(cfg); err != nil {
+		return nil, err
 	}
 	host, secure, err := parseEndpoint(cfg.Endpoint)
 	if err != nil {
@@ -88,28 +77,9 @@ func NewS3(_ context.Context, cfg S3Config) (Store, error) {
 	if partSize < 5<<20 {
 		return nil, fmt.Errorf("s3 configuration: part size %d is below S3's minimum of 5 MiB", partSize)
 	}
-
-	transport, err := minio.DefaultTransport(secure)
+	transport, err := s3Transport(cfg, host, secure)
 	if err != nil {
-		return nil, fmt.Errorf("s3 endpoint %s: %w", host, err)
-	}
-	if secure {
-		if transport.TLSClientConfig == nil {
-			transport.TLSClientConfig = &tls.Config{}
-		}
-		transport.TLSClientConfig.MinVersion = tls.VersionTLS12
-		if len(cfg.CA) > 0 {
-			roots, err := x509.SystemCertPool()
-			if err != nil || roots == nil {
-				roots = x509.NewCertPool()
-			}
-			if !roots.AppendCertsFromPEM(cfg.CA) {
-				return nil, fmt.Errorf("s3 configuration: the CA bundle has no PEM certificate")
-			}
-			transport.TLSClientConfig.RootCAs = roots
-		}
-	} else if len(cfg.CA) > 0 {
-		return nil, fmt.Errorf("s3 configuration: a CA is set but endpoint %q is plain http", cfg.Endpoint)
+		return nil, err
 	}
 	lookup := minio.BucketLookupAuto
 	if cfg.ForcePathStyle {
@@ -127,6 +97,58 @@ func NewS3(_ context.Context, cfg S3Config) (Store, error) {
 		return nil, fmt.Errorf("s3 endpoint %s: %w", host, err)
 	}
 	return &s3Store{client: client, bucket: cfg.Bucket, prefix: prefix, endpoint: host, secure: secure, partSize: partSize}, nil
+}
+
+// checkS3Config names every empty required field (endpoint, bucket, keys),
+// then checks the bucket's name.
+func checkS3Config(cfg S3Config) error {
+	var missing []string
+	for _, f := range []struct{ name, v string }{
+		{"endpoint", cfg.Endpoint}, {"bucket", cfg.Bucket},
+		{"access key ID", cfg.AccessKeyID}, {"secret access key", cfg.SecretAccessKey},
+	} {
+		if strings.TrimSpace(f.v) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("s3 configuration: %s must be set", strings.Join(missing, ", "))
+	}
+	if err := s3utils.CheckValidBucketName(cfg.Bucket); err != nil {
+		return fmt.Errorf("s3 configuration: bucket %q: %w", cfg.Bucket, err)
+	}
+	return nil
+}
+
+// s3Transport is the HTTP transport to the endpoint: over https, TLS 1.2 at
+// least, trusting cfg.CA besides the system roots; a CA with a plain http
+// endpoint is a mistake.
+func s3Transport(cfg S3Config, host string, secure bool) (*http.Transport, error) {
+	transport, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, fmt.Errorf("s3 endpoint %s: %w", host, err)
+	}
+	if !secure {
+		if len(cfg.CA) > 0 {
+			return nil, fmt.Errorf("s3 configuration: a CA is set but endpoint %q is plain http", cfg.Endpoint)
+		}
+		return transport, nil
+	}
+	if transport.TLSClientConfig == nil {
+		transport.TLSClientConfig = &tls.Config{}
+	}
+	transport.TLSClientConfig.MinVersion = tls.VersionTLS12
+	if len(cfg.CA) > 0 {
+		roots, err := x509.SystemCertPool()
+		if err != nil || roots == nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(cfg.CA) {
+			return nil, fmt.Errorf("s3 configuration: the CA bundle has no PEM certificate")
+		}
+		transport.TLSClientConfig.RootCAs = roots
+	}
+	return transport, nil
 }
 
 // parseEndpoint takes host:port or an http(s) URL without a path.
@@ -177,37 +199,14 @@ func (s *s3Store) s3Error(loc, op string, err error) error {
 	}
 	var er minio.ErrorResponse
 	if errors.As(err, &er) {
-		switch er.Code {
-		case "AccessDenied":
-			return fmt.Errorf("%s: %s: access denied (check the credentials Secret and the bucket's policy): %w", loc, op, err)
-		case "InvalidAccessKeyId", "XAdminUserNotFound": // the latter: versitygw's
-			return fmt.Errorf("%s: %s: access denied, the access key ID is not known to the server (check the credentials Secret): %w", loc, op, err)
-		case "SignatureDoesNotMatch":
-			return fmt.Errorf("%s: %s: access denied, the request signature does not match: the secret access key is wrong (check the credentials Secret): %w", loc, op, err)
-		case "InvalidToken", "ExpiredToken", "TokenRefreshRequired":
-			return fmt.Errorf("%s: %s: access denied, the credentials are expired or invalid (check the credentials Secret): %w", loc, op, err)
-		case "NoSuchBucket":
-			return fmt.Errorf("bucket %q does not exist at s3 endpoint %s (%s): %w", s.bucket, s.endpoint, op, err)
-		case "NoSuchKey":
-			return fmt.Errorf("backup %s: %w: %w", loc, ErrNotFound, err)
-		case "AuthorizationHeaderMalformed", "PermanentRedirect", "InvalidRegion":
-			return fmt.Errorf("%s: %s: wrong region or endpoint for this bucket (check the region; the server says %q): %w", loc, op, er.Region, err)
-		case "QuotaExceeded", "XMinioStorageFull", "StorageFull", "EntityTooLarge":
-			return fmt.Errorf("%s: %s: storage full or object too large: %w", loc, op, err)
-		}
-		if er.Code != "" {
-			return fmt.Errorf("%s: %s: %s (%s): %w", loc, op, er.Code, httpStatus(er.StatusCode), err)
+		if e := s.responseError(loc, op, er, err); e != nil {
+			return e
 		}
 	}
 	if cause := tlsCause(err); cause != "" {
 		return fmt.Errorf("s3 endpoint %s: %s (%s): %w", s.endpoint, cause, op, err)
 	}
-	var ne net.Error
-	var oe *net.OpError
-	var de *net.DNSError
-	var ue *url.Error
-	if errors.As(err, &oe) || errors.As(err, &de) || errors.As(err, &ne) || errors.As(err, &ue) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection reset") {
+	if unreachable(err) {
 		hint := ""
 		if !s.secure && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "Connection closed")) {
 			hint = " (the connection was closed: does the endpoint want https?)"
@@ -215,6 +214,43 @@ func (s *s3Store) s3Error(loc, op string, err error) error {
 		return fmt.Errorf("s3 endpoint %s: unreachable%s (%s): %w", s.endpoint, hint, op, err)
 	}
 	return fmt.Errorf("%s: %s: %w", loc, op, err)
+}
+
+// responseError explains the S3 error response er (of err) by its code, or
+// returns nil when it carries no code.
+func (s *s3Store) responseError(loc, op string, er minio.ErrorResponse, err error) error {
+	switch er.Code {
+	case "":
+		return nil
+	case "AccessDenied":
+		return fmt.Errorf("%s: %s: access denied (check the credentials Secret and the bucket's policy): %w", loc, op, err)
+	case "InvalidAccessKeyId", "XAdminUserNotFound": // the latter: versitygw's
+		return fmt.Errorf("%s: %s: access denied, the access key ID is not known to the server (check the credentials Secret): %w", loc, op, err)
+	case "SignatureDoesNotMatch":
+		return fmt.Errorf("%s: %s: access denied, the request signature does not match: the secret access key is wrong (check the credentials Secret): %w", loc, op, err)
+	case "InvalidToken", "ExpiredToken", "TokenRefreshRequired":
+		return fmt.Errorf("%s: %s: access denied, the credentials are expired or invalid (check the credentials Secret): %w", loc, op, err)
+	case "NoSuchBucket":
+		return fmt.Errorf("bucket %q does not exist at s3 endpoint %s (%s): %w", s.bucket, s.endpoint, op, err)
+	case "NoSuchKey":
+		return fmt.Errorf("backup %s: %w: %w", loc, ErrNotFound, err)
+	case "AuthorizationHeaderMalformed", "PermanentRedirect", "InvalidRegion":
+		return fmt.Errorf("%s: %s: wrong region or endpoint for this bucket (check the region; the server says %q): %w", loc, op, er.Region, err)
+	case "QuotaExceeded", "XMinioStorageFull", "StorageFull", "EntityTooLarge":
+		return fmt.Errorf("%s: %s: storage full or object too large: %w", loc, op, err)
+	}
+	return fmt.Errorf("%s: %s: %s (%s): %w", loc, op, er.Code, httpStatus(er.StatusCode), err)
+}
+
+// unreachable says whether err is a network failure: the endpoint could
+// not be reached or dropped the connection.
+func unreachable(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	var de *net.DNSError
+	var ue *url.Error
+	return errors.As(err, &oe) || errors.As(err, &de) || errors.As(err, &ne) || errors.As(err, &ue) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection reset")
 }
 
 func httpStatus(code int) string {

@@ -66,6 +66,9 @@ type Options struct {
 	AuditLog bool
 }
 
+// bin is the path of the named binary.
+func (o Options) bin(name string) string { return filepath.Join(o.BinDir, name) }
+
 // Cluster is a running local control plane.
 type Cluster struct {
 	// Kubeconfig is the path of an admin kubeconfig.
@@ -91,16 +94,9 @@ type Cluster struct {
 // the simulated nodes are Ready and the default storage class exists. On
 // error everything started so far is stopped again.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
-	if opts.Nodes <= 0 {
-		opts.Nodes = 3
-	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 2 * time.Minute
-	}
-	for _, b := range RequiredBinaries() {
-		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
-			return nil, fmt.Errorf("local cluster binary %s missing in %q (build it with hack/build-tools.sh): %w", b, opts.BinDir, err)
-		}
+	opts.setDefaults()
+	if err := checkBinaries(opts.BinDir); err != nil {
+		return nil, err
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -124,44 +120,95 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	etcdPort, peerPort, etcdMetrics, apiPort, kcmPort, schedPort := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
-	apiURL := "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	if err := c.writeKubeconfig(apiURL); err != nil {
+	if err := c.writeKubeconfig("https://127.0.0.1:" + strconv.Itoa(apiPort)); err != nil {
 		return c, err
 	}
-	bin := func(name string) string { return filepath.Join(opts.BinDir, name) }
-	p := c.pki.path
-
-	// etcd
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
-	c.EtcdURL = etcdURL
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	if err := c.start("etcd", bin("etcd"), []string{
-		"--name=local", "--data-dir=" + filepath.Join(dir, "etcd"),
-		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=local=" + peerURL,
-		fmt.Sprintf("--listen-metrics-urls=http://127.0.0.1:%d", etcdMetrics),
-		"--unsafe-no-fsync", "--log-level=warn",
-	}, nil); err != nil {
+	if err := c.startEtcd(ctx, opts, etcdPort, peerPort, etcdMetrics); err != nil {
 		return c, err
 	}
-	if err := waitFor(ctx, "etcd", c.procs, httpOK(etcdURL+"/health", nil)); err != nil {
+	cs, err := c.startAPIServer(ctx, opts, apiPort)
+	if err != nil {
 		return c, err
 	}
-
-	// kube-apiserver
-	var auditFlags []string
-	if opts.AuditLog {
-		if auditFlags, err = c.auditFlags(); err != nil {
+	if err := c.installCRDDirs(ctx, opts.CRDDirs); err != nil {
+		return c, err
+	}
+	if err := c.startControllerManager(opts, kcmPort); err != nil {
+		return c, err
+	}
+	if err := c.startScheduler(opts, schedPort); err != nil {
+		return c, err
+	}
+	if err := c.waitHealthy(ctx, map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort}); err != nil {
+		return c, err
+	}
+	if !opts.NoSimulatedNodes {
+		if err := c.startSimulatedNodes(ctx, cs, opts, c.Kubeconfig); err != nil {
 			return c, err
 		}
 	}
-	if err := c.start("kube-apiserver", bin("kube-apiserver"), append([]string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
+	if err := c.waitDefaultServiceAccount(ctx, cs); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// setDefaults fills in the options left unset.
+func (o *Options) setDefaults() {
+	if o.Nodes <= 0 {
+		o.Nodes = 3
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+}
+
+// checkBinaries makes sure binDir holds every RequiredBinaries.
+func checkBinaries(binDir string) error {
+	for _, b := range RequiredBinaries() {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return fmt.Errorf("local cluster binary %s missing in %q (build it with hack/build-tools.sh): %w", b, binDir, err)
+		}
+	}
+	return nil
+}
+
+// startEtcd starts etcd (plain HTTP on loopback) and waits until it is
+// healthy.
+func (c *Cluster) startEtcd(ctx context.Context, opts Options, port, peerPort, metricsPort int) error {
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c.EtcdURL = etcdURL
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	if err := c.start("etcd", opts.bin("etcd"), []string{
+		"--name=local", "--data-dir=" + filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=local=" + peerURL,
+		fmt.Sprintf("--listen-metrics-urls=http://127.0.0.1:%d", metricsPort),
+		"--unsafe-no-fsync", "--log-level=warn",
+	}, nil); err != nil {
+		return err
+	}
+	return waitFor(ctx, "etcd", c.procs, httpOK(etcdURL+"/health", nil))
+}
+
+// startAPIServer starts kube-apiserver on etcd, sets c.Config and waits
+// until the API server is ready; it returns a client of it.
+func (c *Cluster) startAPIServer(ctx context.Context, opts Options, port int) (kubernetes.Interface, error) {
+	var auditFlags []string
+	var err error
+	if opts.AuditLog {
+		if auditFlags, err = c.auditFlags(); err != nil {
+			return nil, err
+		}
+	}
+	p := c.pki.path
+	if err := c.start("kube-apiserver", opts.bin("kube-apiserver"), append([]string{
+		"--etcd-servers=" + c.EtcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		// The endpoint reconciler refuses a loopback address.
 		"--endpoint-reconciler-type=none",
-		"--cert-dir=" + filepath.Join(dir, "apiserver-certs"),
+		"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
 		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),
 		"--client-ca-file=" + p("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -182,36 +229,34 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--kubelet-client-certificate=" + p("admin.crt"), "--kubelet-client-key=" + p("admin.key"),
 		"--v=0",
 	}, auditFlags...), nil); err != nil {
-		return c, err
+		return nil, err
 	}
 	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
-		return c, err
+		return nil, err
 	}
 	// A local cluster serves tests and one developer: no client-side throttling.
 	c.Config.QPS, c.Config.Burst = 200, 400
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
-		return c, err
+		return nil, err
 	}
 	if err := waitFor(ctx, "kube-apiserver /readyz", c.procs, func(ctx context.Context) error {
 		_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err
 	}); err != nil {
-		return c, err
+		return nil, err
 	}
+	return cs, nil
+}
 
-	for _, d := range opts.CRDDirs {
-		if err := InstallCRDs(ctx, c.Config, d); err != nil {
-			return c, fmt.Errorf("installing CRDs from %s: %w", d, err)
-		}
-	}
-
-	// kube-controller-manager and kube-scheduler, as admin: these are local
-	// test clusters, and it spares the per-controller RBAC bootstrap.
-	kc := c.Kubeconfig
-	if err := c.start("kube-controller-manager", bin("kube-controller-manager"), []string{
+// startControllerManager starts kube-controller-manager (waitHealthy waits
+// for it), as admin, as the scheduler: these are local test clusters, and it
+// spares the per-controller RBAC bootstrap.
+func (c *Cluster) startControllerManager(opts Options, port int) error {
+	kc, p := c.Kubeconfig, c.pki.path
+	return c.start("kube-controller-manager", opts.bin("kube-controller-manager"), []string{
 		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort),
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--controllers=*", "--leader-elect=false",
 		"--service-account-private-key-file=" + p("sa.key"), "--root-ca-file=" + p("ca.crt"),
 		"--cluster-signing-cert-file=" + p("ca.crt"), "--cluster-signing-key-file=" + p("ca.key"),
@@ -219,36 +264,55 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		"--pvclaimbinder-sync-period=1s",
 		"--concurrent-statefulset-syncs=5",
 		"--v=0",
-	}, nil); err != nil {
-		return c, err
-	}
-	if err := c.start("kube-scheduler", bin("kube-scheduler"), []string{
+	}, nil)
+}
+
+// startScheduler starts kube-scheduler (waitHealthy waits for it), as
+// admin.
+func (c *Cluster) startScheduler(opts Options, port int) error {
+	kc := c.Kubeconfig
+	if err := c.start("kube-scheduler", opts.bin("kube-scheduler"), []string{
 		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(schedPort),
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--leader-elect=false", "--v=0",
 	}, nil); err != nil {
-		return c, err
+		return err
 	}
-	c.schedulerHealth = fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort)
-	insecure := &tls.Config{InsecureSkipVerify: true} // self-signed in-memory health certificates
-	for name, port := range map[string]int{"kube-controller-manager": kcmPort, "kube-scheduler": schedPort} {
-		if err := waitFor(ctx, name+" /healthz", c.procs, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure)); err != nil {
-			return c, err
-		}
-	}
+	c.schedulerHealth = fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	return nil
+}
 
-	if !opts.NoSimulatedNodes {
-		if err := c.startSimulatedNodes(ctx, cs, opts, kc); err != nil {
-			return c, err
+// installCRDDirs installs the CRD manifests of each directory, before the
+// controller manager starts, so its garbage collector knows those kinds from
+// the start.
+func (c *Cluster) installCRDDirs(ctx context.Context, dirs []string) error {
+	for _, d := range dirs {
+		if err := InstallCRDs(ctx, c.Config, d); err != nil {
+			return fmt.Errorf("installing CRDs from %s: %w", d, err)
 		}
 	}
-	if err := waitFor(ctx, "default ServiceAccount", c.procs, func(ctx context.Context) error {
+	return nil
+}
+
+// waitDefaultServiceAccount waits until the default namespace's
+// ServiceAccount exists (the controller manager makes it).
+func (c *Cluster) waitDefaultServiceAccount(ctx context.Context, cs kubernetes.Interface) error {
+	return waitFor(ctx, "default ServiceAccount", c.procs, func(ctx context.Context) error {
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
-	}); err != nil {
-		return c, err
+	})
+}
+
+// waitHealthy waits until the components, by name, answer /healthz on
+// their port.
+func (c *Cluster) waitHealthy(ctx context.Context, ports map[string]int) error {
+	insecure := &tls.Config{InsecureSkipVerify: true} // self-signed in-memory health certificates
+	for name, port := range ports {
+		if err := waitFor(ctx, name+" /healthz", c.procs, httpOK(fmt.Sprintf("https://127.0.0.1:%d/healthz", port), insecure)); err != nil {
+			return err
+		}
 	}
-	return c, nil
+	return nil
 }
 
 // startSimulatedNodes starts kwok with its simulated nodes, pods and volume

@@ -106,16 +106,6 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 	if err != nil {
 		return err
 	}
-	url := func(path *string) *string {
-		u := strings.TrimSuffix(opts.BaseURL, "/")
-		if path != nil {
-			u += *path
-		}
-		return &u
-	}
-	pointAtBaseURL := func(cc *admissionregistrationv1.WebhookClientConfig) {
-		cc.URL, cc.Service, cc.CABundle = url(serviceRefPath(cc.Service)), nil, opts.CABundle
-	}
 	dec := utilyaml.NewYAMLReader(bufioReader(raw))
 	for {
 		doc, err := dec.Read()
@@ -125,42 +115,68 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 		if err != nil {
 			return err
 		}
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil {
+		if err := registerWebhookConfig(ctx, cs, opts, doc); err != nil {
 			return err
-		}
-		switch meta.Kind {
-		case "":
-			continue
-		case "MutatingWebhookConfiguration":
-			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := yaml.UnmarshalStrict(doc, m); err != nil {
-				return err
-			}
-			for i := range m.Webhooks {
-				pointAtBaseURL(&m.Webhooks[i].ClientConfig)
-			}
-			if err := recreate(ctx, cs.AdmissionregistrationV1().MutatingWebhookConfigurations(), m.Name, m); err != nil {
-				return err
-			}
-		case "ValidatingWebhookConfiguration":
-			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := yaml.UnmarshalStrict(doc, v); err != nil {
-				return err
-			}
-			for i := range v.Webhooks {
-				pointAtBaseURL(&v.Webhooks[i].ClientConfig)
-			}
-			if err := recreate(ctx, cs.AdmissionregistrationV1().ValidatingWebhookConfigurations(), v.Name, v); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%s: unexpected kind %q", opts.Manifests, meta.Kind)
 		}
 	}
 	if len(opts.ConversionCRDs) == 0 {
 		return nil
 	}
+	return setConversionWebhooks(ctx, cfg, opts)
+}
+
+// webhookURL is BaseURL followed by path, if any.
+func (o WebhookOptions) webhookURL(path *string) *string {
+	u := strings.TrimSuffix(o.BaseURL, "/")
+	if path != nil {
+		u += *path
+	}
+	return &u
+}
+
+// pointAtBaseURL makes a webhook's Service reference a URL at BaseURL (the
+// same path), verified with CABundle.
+func (o WebhookOptions) pointAtBaseURL(cc *admissionregistrationv1.WebhookClientConfig) {
+	cc.URL, cc.Service, cc.CABundle = o.webhookURL(serviceRefPath(cc.Service)), nil, o.CABundle
+}
+
+// registerWebhookConfig creates (or replaces) the webhook configuration of
+// one document of the manifests, pointed at BaseURL; an empty document is
+// skipped.
+func registerWebhookConfig(ctx context.Context, cs kubernetes.Interface, opts WebhookOptions, doc []byte) error {
+	var meta metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &meta); err != nil {
+		return err
+	}
+	switch meta.Kind {
+	case "":
+		return nil
+	case "MutatingWebhookConfiguration":
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := yaml.UnmarshalStrict(doc, m); err != nil {
+			return err
+		}
+		for i := range m.Webhooks {
+			opts.pointAtBaseURL(&m.Webhooks[i].ClientConfig)
+		}
+		return recreate(ctx, cs.AdmissionregistrationV1().MutatingWebhookConfigurations(), m.Name, m)
+	case "ValidatingWebhookConfiguration":
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := yaml.UnmarshalStrict(doc, v); err != nil {
+			return err
+		}
+		for i := range v.Webhooks {
+			opts.pointAtBaseURL(&v.Webhooks[i].ClientConfig)
+		}
+		return recreate(ctx, cs.AdmissionregistrationV1().ValidatingWebhookConfigurations(), v.Name, v)
+	default:
+		return fmt.Errorf("%s: unexpected kind %q", opts.Manifests, meta.Kind)
+	}
+}
+
+// setConversionWebhooks sets the conversion strategy of
+// opts.ConversionCRDs to Webhook at BaseURL/convert.
+func setConversionWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions) error {
 	ext, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -174,7 +190,7 @@ func RegisterWebhooks(ctx context.Context, cfg *rest.Config, opts WebhookOptions
 			crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{
 				Strategy: apiextensionsv1.WebhookConverter,
 				Webhook: &apiextensionsv1.WebhookConversion{
-					ClientConfig:             &apiextensionsv1.WebhookClientConfig{URL: url(ptrTo("/convert")), CABundle: opts.CABundle},
+					ClientConfig:             &apiextensionsv1.WebhookClientConfig{URL: opts.webhookURL(ptrTo("/convert")), CABundle: opts.CABundle},
 					ConversionReviewVersions: []string{"v1"},
 				},
 			}

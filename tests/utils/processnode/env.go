@@ -74,116 +74,161 @@ func expand(s string, vars map[string]string) string {
 	})
 }
 
+// envVars is an environment being built: the values by name, and the names
+// in the order they were first set (setting a name again changes its value
+// in place, as the kubelet's list does).
+type envVars struct {
+	vars  map[string]string
+	order []string
+}
+
+func (e *envVars) set(k, v string) {
+	if _, ok := e.vars[k]; !ok {
+		e.order = append(e.order, k)
+	}
+	e.vars[k] = v
+}
+
+// list is the environment as NAME=value entries, in order.
+func (e *envVars) list() []string {
+	env := make([]string, 0, len(e.order))
+	for _, k := range e.order {
+		env = append(env, k+"="+e.vars[k])
+	}
+	return env
+}
+
+// optional reads a reference's optional flag (unset: required).
+func optional(p *bool) bool { return p != nil && *p }
+
 // environment computes a container's environment: the image's, then the
 // service links the kubelet always sets (the API server's address), then
 // envFrom and env in order, Secrets and ConfigMaps resolved.
 func (w *podWorker) environment(ctx context.Context, ctr *corev1.Container, img Image) ([]string, map[string]string, error) {
-	vars := map[string]string{}
-	var order []string
-	set := func(k, v string) {
-		if _, ok := vars[k]; !ok {
-			order = append(order, k)
+	env := &envVars{vars: map[string]string{}}
+	w.baseEnvironment(env, img)
+	for _, from := range ctr.EnvFrom {
+		if err := w.addEnvFrom(ctx, env, from); err != nil {
+			return nil, nil, err
 		}
-		vars[k] = v
 	}
+	for _, e := range ctr.Env {
+		v, ok, err := w.envValue(ctx, ctr, e, env.vars)
+		if err != nil {
+			return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
+		}
+		if ok {
+			env.set(e.Name, v)
+		}
+	}
+	return env.list(), env.vars, nil
+}
+
+// baseEnvironment sets what every container gets before its own variables:
+// PATH (the image's directories first), HOSTNAME, the image's variables and,
+// when pods reach an API server, its service link.
+func (w *podWorker) baseEnvironment(env *envVars, img Image) {
 	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	if len(img.Path) > 0 {
 		path = strings.Join(img.Path, ":") + ":" + path
 	}
-	set("PATH", path)
-	set("HOSTNAME", w.pod.Name)
+	env.set("PATH", path)
+	env.set("HOSTNAME", w.pod.Name)
 	for k, v := range img.Env {
-		set(k, v)
+		env.set(k, v)
 	}
 	if w.node.opts.APIServer != "" {
-		set("KUBERNETES_SERVICE_HOST", w.node.net.nodeIP.String())
-		set("KUBERNETES_SERVICE_PORT", fmt.Sprint(APIServerPort))
+		env.set("KUBERNETES_SERVICE_HOST", w.node.net.nodeIP.String())
+		env.set("KUBERNETES_SERVICE_PORT", fmt.Sprint(APIServerPort))
 	}
+}
+
+// addEnvFrom sets every key of an envFrom ConfigMap or Secret, prefixed; a
+// missing optional source sets nothing.
+func (w *podWorker) addEnvFrom(ctx context.Context, env *envVars, from corev1.EnvFromSource) error {
 	ns := w.pod.Namespace
-	for _, from := range ctr.EnvFrom {
-		switch {
-		case from.ConfigMapRef != nil:
-			cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
-			if err != nil {
-				if apierrors.IsNotFound(err) && from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional {
-					continue
-				}
-				return nil, nil, fmt.Errorf("envFrom configmap %s: %w", from.ConfigMapRef.Name, err)
+	switch {
+	case from.ConfigMapRef != nil:
+		cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) && optional(from.ConfigMapRef.Optional) {
+				return nil
 			}
-			for k, v := range cm.Data {
-				set(from.Prefix+k, v)
+			return fmt.Errorf("envFrom configmap %s: %w", from.ConfigMapRef.Name, err)
+		}
+		for k, v := range cm.Data {
+			env.set(from.Prefix+k, v)
+		}
+	case from.SecretRef != nil:
+		s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) && optional(from.SecretRef.Optional) {
+				return nil
 			}
-		case from.SecretRef != nil:
-			s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
-			if err != nil {
-				if apierrors.IsNotFound(err) && from.SecretRef.Optional != nil && *from.SecretRef.Optional {
-					continue
-				}
-				return nil, nil, fmt.Errorf("envFrom secret %s: %w", from.SecretRef.Name, err)
-			}
-			for k, v := range s.Data {
-				set(from.Prefix+k, string(v))
-			}
+			return fmt.Errorf("envFrom secret %s: %w", from.SecretRef.Name, err)
+		}
+		for k, v := range s.Data {
+			env.set(from.Prefix+k, string(v))
 		}
 	}
-	for _, e := range ctr.Env {
-		if e.ValueFrom == nil {
-			set(e.Name, expand(e.Value, vars))
-			continue
-		}
-		ref := e.ValueFrom
-		switch {
-		case ref.FieldRef != nil:
-			v, err := w.fieldRef(ref.FieldRef.FieldPath)
-			if err != nil {
-				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
-			}
-			set(e.Name, v)
-		case ref.SecretKeyRef != nil:
-			s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, ref.SecretKeyRef.Name, metav1.GetOptions{})
-			optional := ref.SecretKeyRef.Optional != nil && *ref.SecretKeyRef.Optional
-			if err != nil {
-				if apierrors.IsNotFound(err) && optional {
-					continue
-				}
-				return nil, nil, fmt.Errorf("env %s: secret %s: %w", e.Name, ref.SecretKeyRef.Name, err)
-			}
-			v, ok := s.Data[ref.SecretKeyRef.Key]
-			if !ok && !optional {
-				return nil, nil, fmt.Errorf("env %s: secret %s has no key %s", e.Name, ref.SecretKeyRef.Name, ref.SecretKeyRef.Key)
-			}
-			if ok {
-				set(e.Name, string(v))
-			}
-		case ref.ConfigMapKeyRef != nil:
-			cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, ref.ConfigMapKeyRef.Name, metav1.GetOptions{})
-			optional := ref.ConfigMapKeyRef.Optional != nil && *ref.ConfigMapKeyRef.Optional
-			if err != nil {
-				if apierrors.IsNotFound(err) && optional {
-					continue
-				}
-				return nil, nil, fmt.Errorf("env %s: configmap %s: %w", e.Name, ref.ConfigMapKeyRef.Name, err)
-			}
-			v, ok := cm.Data[ref.ConfigMapKeyRef.Key]
-			if !ok && !optional {
-				return nil, nil, fmt.Errorf("env %s: configmap %s has no key %s", e.Name, ref.ConfigMapKeyRef.Name, ref.ConfigMapKeyRef.Key)
-			}
-			if ok {
-				set(e.Name, v)
-			}
-		case ref.ResourceFieldRef != nil:
-			v, err := resourceField(ctr, ref.ResourceFieldRef)
-			if err != nil {
-				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
-			}
-			set(e.Name, v)
-		}
+	return nil
+}
+
+// envValue resolves one env entry: its value with $(VAR) references to the
+// variables so far expanded, or its valueFrom. ok is false when the entry
+// sets nothing (an optional source or key that is missing).
+func (w *podWorker) envValue(ctx context.Context, ctr *corev1.Container, e corev1.EnvVar, vars map[string]string) (v string, ok bool, err error) {
+	if e.ValueFrom == nil {
+		return expand(e.Value, vars), true, nil
 	}
-	env := make([]string, 0, len(order))
-	for _, k := range order {
-		env = append(env, k+"="+vars[k])
+	ref := e.ValueFrom
+	switch {
+	case ref.FieldRef != nil:
+		v, err = w.fieldRef(ref.FieldRef.FieldPath)
+		return v, err == nil, err
+	case ref.SecretKeyRef != nil:
+		return w.secretKey(ctx, ref.SecretKeyRef)
+	case ref.ConfigMapKeyRef != nil:
+		return w.configMapKey(ctx, ref.ConfigMapKeyRef)
+	case ref.ResourceFieldRef != nil:
+		v, err = resourceField(ctr, ref.ResourceFieldRef)
+		return v, err == nil, err
 	}
-	return env, vars, nil
+	return "", false, nil
+}
+
+// secretKey reads an env entry's secretKeyRef; ok is false when an
+// optional Secret or key is missing.
+func (w *podWorker) secretKey(ctx context.Context, ref *corev1.SecretKeySelector) (v string, ok bool, err error) {
+	s, err := w.node.client.CoreV1().Secrets(w.pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) && optional(ref.Optional) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("secret %s: %w", ref.Name, err)
+	}
+	b, ok := s.Data[ref.Key]
+	if !ok && !optional(ref.Optional) {
+		return "", false, fmt.Errorf("secret %s has no key %s", ref.Name, ref.Key)
+	}
+	return string(b), ok, nil
+}
+
+// configMapKey reads an env entry's configMapKeyRef; ok is false when an
+// optional ConfigMap or key is missing.
+func (w *podWorker) configMapKey(ctx context.Context, ref *corev1.ConfigMapKeySelector) (v string, ok bool, err error) {
+	cm, err := w.node.client.CoreV1().ConfigMaps(w.pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) && optional(ref.Optional) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("configmap %s: %w", ref.Name, err)
+	}
+	v, ok = cm.Data[ref.Key]
+	if !ok && !optional(ref.Optional) {
+		return "", false, fmt.Errorf("configmap %s has no key %s", ref.Name, ref.Key)
+	}
+	return v, ok, nil
 }
 
 // resourceField resolves a resourceFieldRef (limits and requests of cpu

@@ -124,21 +124,7 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	if opts.Name == "" || opts.Dir == "" || opts.Bridge == "" || opts.NamePrefix == "" || !opts.PodCIDR.IsValid() {
 		return nil, errors.New("process node: Name, Dir, Bridge, NamePrefix and PodCIDR are required")
 	}
-	if opts.BackoffBase == 0 {
-		opts.BackoffBase = 10 * time.Second
-	}
-	if opts.BackoffMax == 0 {
-		opts.BackoffMax = 5 * time.Minute
-	}
-	if opts.KubeletPort == 0 {
-		opts.KubeletPort = DefaultKubeletPort
-	}
-	if opts.VolumeSyncPeriod == 0 {
-		opts.VolumeSyncPeriod = 2 * time.Second
-	}
-	if opts.Log.GetSink() == nil {
-		opts.Log = logr.Discard()
-	}
+	opts.setDefaults()
 	n := &Node{opts: opts, client: client, net: newNetwork(opts.Bridge, opts.PodCIDR),
 		log: opts.Log.WithValues("node", opts.Name), workers: map[types.UID]*running{}, grace: map[string]*int64{}}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
@@ -149,30 +135,9 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	if err := n.net.setUp(setupCtx); err != nil {
 		return nil, err
 	}
-	// Pods resolve the cluster's names at the node's address.
-	if _, err := startDNS(ctx, client, n.net.nodeIP, n.log); err != nil {
+	if err := n.startServices(ctx, setupCtx); err != nil {
 		_ = n.net.tearDown(setupCtx)
 		return nil, err
-	}
-	if opts.APIServer != "" {
-		if err := n.proxyAPIServer(ctx, opts.APIServer); err != nil {
-			_ = n.net.tearDown(setupCtx)
-			return nil, err
-		}
-	}
-	if err := n.serveKubelet(ctx); err != nil {
-		_ = n.net.tearDown(setupCtx)
-		return nil, err
-	}
-	if err := n.register(setupCtx); err != nil {
-		_ = n.net.tearDown(setupCtx)
-		return nil, err
-	}
-	if opts.StorageClass != "" {
-		if err := (&provisioner{n: n, class: opts.StorageClass}).start(ctx); err != nil {
-			_ = n.net.tearDown(setupCtx)
-			return nil, err
-		}
 	}
 	var stopEvents func()
 	n.recorder, stopEvents = n.newRecorder()
@@ -181,6 +146,50 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Nod
 	go func() { defer n.wg.Done(); n.heartbeat(ctx) }()
 	go func() { defer n.wg.Done(); n.watchPods(ctx) }()
 	return n, nil
+}
+
+// setDefaults fills in the options left unset.
+func (o *Options) setDefaults() {
+	if o.BackoffBase == 0 {
+		o.BackoffBase = 10 * time.Second
+	}
+	if o.BackoffMax == 0 {
+		o.BackoffMax = 5 * time.Minute
+	}
+	if o.KubeletPort == 0 {
+		o.KubeletPort = DefaultKubeletPort
+	}
+	if o.VolumeSyncPeriod == 0 {
+		o.VolumeSyncPeriod = 2 * time.Second
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+}
+
+// startServices starts what the node serves on its bridge (DNS, the API
+// server proxy, the kubelet API), registers the Node and starts its volume
+// provisioner; they run until ctx ends. setupCtx bounds the registration.
+func (n *Node) startServices(ctx, setupCtx context.Context) error {
+	// Pods resolve the cluster's names at the node's address.
+	if _, err := startDNS(ctx, n.client, n.net.nodeIP, n.log); err != nil {
+		return err
+	}
+	if n.opts.APIServer != "" {
+		if err := n.proxyAPIServer(ctx, n.opts.APIServer); err != nil {
+			return err
+		}
+	}
+	if err := n.serveKubelet(ctx); err != nil {
+		return err
+	}
+	if err := n.register(setupCtx); err != nil {
+		return err
+	}
+	if n.opts.StorageClass != "" {
+		return (&provisioner{n: n, class: n.opts.StorageClass}).start(ctx)
+	}
+	return nil
 }
 
 // Wait blocks until the node has stopped (its context ended) and every pod

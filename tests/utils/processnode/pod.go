@@ -318,6 +318,26 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	if l.memory != nil {
 		defer l.memory.remove()
 	}
+	cmd, logf, exited, ok := w.startProcess(ctx, c, l)
+	if !ok {
+		return 0, false
+	}
+	startedAt := metav1.Now()
+	w.markRunning(c, cmd.Process.Pid, startedAt)
+	killedFor, werr := w.waitExit(ctx, c, cmd, exited)
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left running in its group
+	logf.Close()
+	code := exitCode(werr)
+	w.markTerminated(ctx, c, l, code, terminationReason(code, l, killedFor), startedAt)
+	return code, true
+}
+
+// startProcess starts the container's process and waits until the
+// container's own command is executed (after the namespaces and mounts are
+// made): it is running from that moment. ok is false when it could not be
+// started (its waiting state says why); else exited receives the end of the
+// process.
+func (w *podWorker) startProcess(ctx context.Context, c *ctrState, l *launch) (cmd *exec.Cmd, logf *os.File, exited <-chan error, ok bool) {
 	cmd, logf, setupDone, err := l.cmd()
 	if err == nil {
 		err = cmd.Start()
@@ -331,73 +351,84 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: err.Error()}
 		w.mu.Unlock()
 		w.changed()
-		return 0, false
+		return nil, nil, nil, false
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	// Running from the moment the container's own command is executed
-	// (after the namespaces and mounts are made).
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	var werr error
-	setupFailed := false
 	select {
 	case <-setupDone:
-	case werr = <-exited:
-		setupFailed = true
+		return cmd, logf, done, true
+	case werr = <-done:
 	case <-ctx.Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		werr = <-exited
-		setupFailed = true
+		werr = <-done
 	}
-	startedAt := metav1.Now()
-	if setupFailed {
-		logf.Close()
-		out, _ := os.ReadFile(l.logFile)
-		w.mu.Lock()
-		c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError",
-			Message: fmt.Sprintf("setting up the container failed (%v): %s", werr, strings.TrimSpace(string(out)))}
-		w.mu.Unlock()
-		w.node.log.Info("container setup failed", "pod", w.key, "container", c.spec.Name, "error", c.waiting.Message)
-		w.changed()
-		return 0, false
-	}
+	logf.Close()
+	out, _ := os.ReadFile(l.logFile)
 	w.mu.Lock()
-	c.pid = cmd.Process.Pid
+	c.waiting = &corev1.ContainerStateWaiting{Reason: "CreateContainerError",
+		Message: fmt.Sprintf("setting up the container failed (%v): %s", werr, strings.TrimSpace(string(out)))}
+	w.mu.Unlock()
+	w.node.log.Info("container setup failed", "pod", w.key, "container", c.spec.Name, "error", c.waiting.Message)
+	w.changed()
+	return nil, nil, nil, false
+}
+
+// markRunning records and reports the start of the container's process.
+func (w *podWorker) markRunning(c *ctrState, pid int, startedAt metav1.Time) {
+	w.mu.Lock()
+	c.pid = pid
 	c.running, c.waiting, c.term = &corev1.ContainerStateRunning{StartedAt: startedAt}, nil, nil
 	c.started = c.spec.StartupProbe == nil
 	c.ready = false
 	w.mu.Unlock()
-	w.node.log.Info("container started", "pod", w.key, "container", c.spec.Name, "pid", cmd.Process.Pid, "restarts", c.restarts)
+	w.node.log.Info("container started", "pod", w.key, "container", c.spec.Name, "pid", pid, "restarts", c.restarts)
 	w.event(c, corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
 	w.changed()
+}
 
+// waitExit runs the container's probes (none for an init container) until
+// its process ends: on its own, stopped because a liveness or startup probe
+// failed (killedFor is then the reason), or stopped within the grace period
+// when ctx ends. err is what waiting for the process returned.
+func (w *podWorker) waitExit(ctx context.Context, c *ctrState, cmd *exec.Cmd, exited <-chan error) (killedFor string, err error) {
 	probeCtx, stopProbes := context.WithCancel(ctx)
+	defer stopProbes()
 	killed := make(chan string, 1) // a failed liveness or startup probe
 	if !c.init {
 		go w.probe(probeCtx, c, killed)
 	}
-	reasonOverride := ""
 	select {
-	case werr = <-exited:
+	case err = <-exited:
 	case why := <-killed:
-		reasonOverride = why
-		werr = w.stop(cmd, exited, c, w.graceFor(nil))
+		killedFor = why
+		err = w.stop(cmd, exited, c, w.graceFor(nil))
 	case <-ctx.Done():
-		werr = w.stop(cmd, exited, c, w.graceFor(w.node.deletionGrace(w.key)))
+		err = w.stop(cmd, exited, c, w.graceFor(w.node.deletionGrace(w.key)))
 	}
-	stopProbes()
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // what it left running in its group
-	logf.Close()
-	code := int32(0)
+	return killedFor, err
+}
+
+// exitCode is the exit code of a process as the kubelet reports it:
+// 128 plus the signal that killed it, and 128 when waiting for it failed.
+func exitCode(werr error) int32 {
 	var exit *exec.ExitError
 	if errors.As(werr, &exit) {
 		if st, ok := exit.Sys().(syscall.WaitStatus); ok && st.Signaled() {
-			code = 128 + int32(st.Signal())
-		} else {
-			code = int32(exit.ExitCode())
+			return 128 + int32(st.Signal())
 		}
-	} else if werr != nil {
-		code = 128
+		return int32(exit.ExitCode())
 	}
+	if werr != nil {
+		return 128
+	}
+	return 0
+}
+
+// terminationReason is Completed or Error by the exit code, OOMKilled when
+// the memory limit killed it, or killedFor when a probe did.
+func terminationReason(code int32, l *launch, killedFor string) string {
 	reason := "Completed"
 	if code != 0 {
 		reason = "Error"
@@ -405,9 +436,15 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	if l.memory != nil && l.memory.oomKilled() {
 		reason = "OOMKilled"
 	}
-	if reasonOverride != "" {
-		reason = reasonOverride
+	if killedFor != "" {
+		reason = killedFor
 	}
+	return reason
+}
+
+// markTerminated records and reports the end of the container's process,
+// and its back-off when it is to run again.
+func (w *podWorker) markTerminated(ctx context.Context, c *ctrState, l *launch, code int32, reason string, startedAt metav1.Time) {
 	msg := w.terminationMessage(c, l)
 	w.mu.Lock()
 	c.term = &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, Message: msg, StartedAt: startedAt, FinishedAt: metav1.Now(),
@@ -420,7 +457,6 @@ func (w *podWorker) runOnce(ctx context.Context, c *ctrState, volumes map[string
 	w.mu.Unlock()
 	w.node.log.Info("container exited", "pod", w.key, "container", c.spec.Name, "exitCode", code, "reason", reason)
 	w.changed()
-	return code, true
 }
 
 // graceFor is the pod's termination grace period, or the deletion's own.
@@ -490,12 +526,9 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	if err != nil {
 		return nil, err
 	}
-	command := append(append([]string{}, c.spec.Command...), c.spec.Args...)
-	for i := range command {
-		command[i] = expand(command[i], vars)
-	}
-	if len(command) == 0 {
-		return nil, fmt.Errorf("container %s has no command: the process node runs only explicit commands", c.spec.Name)
+	command, err := containerCommand(&c.spec, vars)
+	if err != nil {
+		return nil, err
 	}
 	c.starts++
 	run := filepath.Join(w.dir, "containers", c.spec.Name, fmt.Sprint(c.starts))
@@ -503,65 +536,19 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	hostname, _ := podHostnames(w.pod)
 	l := &launch{dir: run, netns: w.netns, hostname: hostname, command: command, env: env,
 		workDir: c.spec.WorkingDir, tmpOnTmp: true, logFile: w.logFile(c.spec.Name, c.starts)}
-	l.uid, l.gid = w.runAs(c)
-	if sc := c.spec.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil {
-		l.readOnlyRoot = *sc.ReadOnlyRootFilesystem
-	}
-	if sc := w.pod.Spec.SecurityContext; sc != nil {
-		if sc.FSGroup != nil {
-			l.groups = append(l.groups, *sc.FSGroup)
-		}
-		l.groups = append(l.groups, sc.SupplementalGroups...)
-	}
-	if nonRoot(w.pod, &c.spec) && (l.uid == nil || *l.uid == 0) {
-		return nil, fmt.Errorf("container has runAsNonRoot and image will run as root")
+	if err := w.applySecurityContext(l, c); err != nil {
+		return nil, err
 	}
 	// The image's own files first: volumes mount over the image.
-	for target, source := range img.Binds {
-		fi, err := os.Stat(source)
-		if err != nil {
-			return nil, fmt.Errorf("image %s: %w", c.spec.Image, err)
-		}
-		l.mounts = append(l.mounts, mount{source: source, target: target, readOnly: true, file: !fi.IsDir()})
-	}
-	for _, m := range c.spec.VolumeMounts {
-		src, ok := volumes[m.Name]
-		if !ok {
-			return nil, fmt.Errorf("volume mount %s: the pod has no volume of that name", m.Name)
-		}
-		mt := mount{source: src, target: m.MountPath, readOnly: m.ReadOnly}
-		if m.SubPath != "" {
-			mt.source = filepath.Join(src, m.SubPath)
-			fi, err := os.Stat(mt.source)
-			if os.IsNotExist(err) {
-				if err := os.MkdirAll(mt.source, 0o755); err != nil {
-					return nil, err
-				}
-			} else if err != nil {
-				return nil, fmt.Errorf("volume mount %s subPath %s: %w", m.Name, m.SubPath, err)
-			} else {
-				mt.file = !fi.IsDir()
-			}
-		}
-		if m.MountPath == "/tmp" {
-			l.tmpOnTmp = false
-		}
-		l.mounts = append(l.mounts, mt)
-	}
-	// The termination log, a file of this start's own.
-	termPath := c.spec.TerminationMessagePath
-	if termPath == "" {
-		termPath = "/dev/termination-log"
-	}
-	if err := os.MkdirAll(run, 0o755); err != nil {
+	if err := l.bindImageFiles(img, c.spec.Image); err != nil {
 		return nil, err
 	}
-	term := filepath.Join(run, "termination-log")
-	if err := os.WriteFile(term, nil, 0o666); err != nil {
+	if err := l.bindVolumes(c.spec.VolumeMounts, volumes); err != nil {
 		return nil, err
 	}
-	_ = os.Chmod(term, 0o666)
-	l.mounts = append(l.mounts, mount{source: term, target: termPath, file: true})
+	if err := l.bindTerminationLog(c.spec.TerminationMessagePath); err != nil {
+		return nil, err
+	}
 	if err := writeImageFiles(filepath.Join(run, "upper"), img, w.etcFiles()); err != nil {
 		return nil, err
 	}
@@ -573,6 +560,110 @@ func (w *podWorker) prepare(ctx context.Context, c *ctrState, volumes map[string
 	c.image, c.env = img, env
 	w.mu.Unlock()
 	return l, nil
+}
+
+// containerCommand is the container's command and arguments, $(VAR)
+// references expanded.
+func containerCommand(ctr *corev1.Container, vars map[string]string) ([]string, error) {
+	command := append(append([]string{}, ctr.Command...), ctr.Args...)
+	for i := range command {
+		command[i] = expand(command[i], vars)
+	}
+	if len(command) == 0 {
+		return nil, fmt.Errorf("container %s has no command: the process node runs only explicit commands", ctr.Name)
+	}
+	return command, nil
+}
+
+// applySecurityContext sets the user and groups the container runs as and
+// whether its root filesystem is read-only; runAsNonRoot refuses root.
+func (w *podWorker) applySecurityContext(l *launch, c *ctrState) error {
+	l.uid, l.gid = w.runAs(c)
+	if sc := c.spec.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil {
+		l.readOnlyRoot = *sc.ReadOnlyRootFilesystem
+	}
+	if sc := w.pod.Spec.SecurityContext; sc != nil {
+		if sc.FSGroup != nil {
+			l.groups = append(l.groups, *sc.FSGroup)
+		}
+		l.groups = append(l.groups, sc.SupplementalGroups...)
+	}
+	if nonRoot(w.pod, &c.spec) && (l.uid == nil || *l.uid == 0) {
+		return fmt.Errorf("container has runAsNonRoot and image will run as root")
+	}
+	return nil
+}
+
+// bindImageFiles mounts the host files the image maps in (Image.Binds),
+// read-only.
+func (l *launch) bindImageFiles(img Image, ref string) error {
+	for target, source := range img.Binds {
+		fi, err := os.Stat(source)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		l.mounts = append(l.mounts, mount{source: source, target: target, readOnly: true, file: !fi.IsDir()})
+	}
+	return nil
+}
+
+// bindVolumes mounts the container's volume mounts; a volume at /tmp takes
+// the place of the tmpfs /tmp gets otherwise.
+func (l *launch) bindVolumes(mounts []corev1.VolumeMount, volumes map[string]string) error {
+	for _, m := range mounts {
+		mt, err := volumeMount(m, volumes)
+		if err != nil {
+			return err
+		}
+		if m.MountPath == "/tmp" {
+			l.tmpOnTmp = false
+		}
+		l.mounts = append(l.mounts, mt)
+	}
+	return nil
+}
+
+// volumeMount is the bind mount of one volume mount; a missing subPath is
+// made as a directory.
+func volumeMount(m corev1.VolumeMount, volumes map[string]string) (mount, error) {
+	src, ok := volumes[m.Name]
+	if !ok {
+		return mount{}, fmt.Errorf("volume mount %s: the pod has no volume of that name", m.Name)
+	}
+	mt := mount{source: src, target: m.MountPath, readOnly: m.ReadOnly}
+	if m.SubPath == "" {
+		return mt, nil
+	}
+	mt.source = filepath.Join(src, m.SubPath)
+	fi, err := os.Stat(mt.source)
+	if os.IsNotExist(err) {
+		if err := os.MkdirAll(mt.source, 0o755); err != nil {
+			return mount{}, err
+		}
+	} else if err != nil {
+		return mount{}, fmt.Errorf("volume mount %s subPath %s: %w", m.Name, m.SubPath, err)
+	} else {
+		mt.file = !fi.IsDir()
+	}
+	return mt, nil
+}
+
+// bindTerminationLog mounts the termination log, a file of this start's
+// own, at the container's termination message path.
+func (l *launch) bindTerminationLog(path string) error {
+	if path == "" {
+		path = "/dev/termination-log"
+	}
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	term := filepath.Join(l.dir, "termination-log")
+	if err := os.WriteFile(term, nil, 0o666); err != nil {
+		return err
+	}
+	_ = os.Chmod(term, 0o666)
+	l.mounts = append(l.mounts, mount{source: term, target: path, file: true})
+	return nil
 }
 
 func nonRoot(pod *corev1.Pod, c *corev1.Container) bool {

@@ -66,71 +66,85 @@ func (w *podWorker) status(old corev1.PodStatus) corev1.PodStatus {
 	if w.ip.IsValid() {
 		st.PodIP, st.PodIPs = w.ip.String(), []corev1.PodIP{{IP: w.ip.String()}}
 	}
-	conv := func(c *ctrState) corev1.ContainerStatus {
-		cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: "process-node://" + c.spec.Image,
-			RestartCount: c.restarts, Ready: c.ready && c.running != nil}
-		started := c.running != nil && c.started
-		cs.Started = &started
-		switch {
-		case c.running != nil:
-			cs.State.Running = c.running.DeepCopy()
-		case c.waiting != nil:
-			cs.State.Waiting = c.waiting.DeepCopy()
-		case c.term != nil:
-			cs.State.Terminated = c.term.DeepCopy()
-		}
-		if c.last != nil && cs.State.Terminated == nil { // running again, or waiting to
-			cs.LastTerminationState.Terminated = c.last.DeepCopy()
-		}
-		if cs.State.Terminated != nil {
-			cs.ContainerID = cs.State.Terminated.ContainerID
-		}
-		return cs
-	}
 	allReady, anyFailed := true, false
 	for _, c := range w.pod.Spec.InitContainers {
-		st.InitContainerStatuses = append(st.InitContainerStatuses, conv(w.ctrs[c.Name]))
+		st.InitContainerStatuses = append(st.InitContainerStatuses, containerStatus(w.ctrs[c.Name]))
 	}
 	for _, spec := range w.pod.Spec.Containers {
 		c := w.ctrs[spec.Name]
-		cs := conv(c)
+		cs := containerStatus(c)
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 		allReady = allReady && cs.Ready
 		anyFailed = anyFailed || c.term != nil && c.term.ExitCode != 0
 	}
-	switch {
-	case w.finished && (!w.initDone || anyFailed):
-		st.Phase = corev1.PodFailed
-	case w.finished:
-		st.Phase = corev1.PodSucceeded
-	case w.initDone && !w.ctrsNeverStarted():
-		st.Phase = corev1.PodRunning // running, or restarting
-	default:
-		st.Phase = corev1.PodPending
-	}
+	st.Phase = w.phase(anyFailed)
 	if w.setupErr != "" {
 		st.Reason, st.Message = "SandboxFailed", w.setupErr
 	}
-	cond := func(t corev1.PodConditionType, ok bool, reason string) {
-		s := corev1.ConditionFalse
-		if ok {
-			s, reason = corev1.ConditionTrue, ""
-		}
-		c := corev1.PodCondition{Type: t, Status: s, Reason: reason, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}
-		for _, o := range old.Conditions {
-			if o.Type == t && o.Status == s {
-				c.LastTransitionTime = o.LastTransitionTime
-			}
-		}
-		st.Conditions = append(st.Conditions, c)
-	}
 	terminal := st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed
-	cond(corev1.PodReadyToStartContainers, w.ip.IsValid() && w.setupErr == "", "")
-	cond(corev1.PodInitialized, w.initDone, "ContainersNotInitialized")
-	cond(corev1.ContainersReady, allReady && !terminal, "ContainersNotReady")
-	cond(corev1.PodReady, allReady && !terminal, "ContainersNotReady")
-	cond(corev1.PodScheduled, true, "")
+	st.Conditions = []corev1.PodCondition{
+		podCondition(old.Conditions, corev1.PodReadyToStartContainers, w.ip.IsValid() && w.setupErr == "", ""),
+		podCondition(old.Conditions, corev1.PodInitialized, w.initDone, "ContainersNotInitialized"),
+		podCondition(old.Conditions, corev1.ContainersReady, allReady && !terminal, "ContainersNotReady"),
+		podCondition(old.Conditions, corev1.PodReady, allReady && !terminal, "ContainersNotReady"),
+		podCondition(old.Conditions, corev1.PodScheduled, true, ""),
+	}
 	return st
+}
+
+// containerStatus is one container's status: its state, the last
+// termination while it runs again (or waits to), restarts and readiness.
+func containerStatus(c *ctrState) corev1.ContainerStatus {
+	cs := corev1.ContainerStatus{Name: c.spec.Name, Image: c.spec.Image, ImageID: "process-node://" + c.spec.Image,
+		RestartCount: c.restarts, Ready: c.ready && c.running != nil}
+	started := c.running != nil && c.started
+	cs.Started = &started
+	switch {
+	case c.running != nil:
+		cs.State.Running = c.running.DeepCopy()
+	case c.waiting != nil:
+		cs.State.Waiting = c.waiting.DeepCopy()
+	case c.term != nil:
+		cs.State.Terminated = c.term.DeepCopy()
+	}
+	if c.last != nil && cs.State.Terminated == nil { // running again, or waiting to
+		cs.LastTerminationState.Terminated = c.last.DeepCopy()
+	}
+	if cs.State.Terminated != nil {
+		cs.ContainerID = cs.State.Terminated.ContainerID
+	}
+	return cs
+}
+
+// phase is the pod's phase; anyFailed says a regular container ended with
+// a non-zero code. The caller holds w.mu.
+func (w *podWorker) phase(anyFailed bool) corev1.PodPhase {
+	switch {
+	case w.finished && (!w.initDone || anyFailed):
+		return corev1.PodFailed
+	case w.finished:
+		return corev1.PodSucceeded
+	case w.initDone && !w.ctrsNeverStarted():
+		return corev1.PodRunning // running, or restarting
+	default:
+		return corev1.PodPending
+	}
+}
+
+// podCondition is a condition of type t, true when ok (else false with
+// reason); its transition time is kept from old when its status is unchanged.
+func podCondition(old []corev1.PodCondition, t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
+	s := corev1.ConditionFalse
+	if ok {
+		s, reason = corev1.ConditionTrue, ""
+	}
+	c := corev1.PodCondition{Type: t, Status: s, Reason: reason, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}
+	for _, o := range old {
+		if o.Type == t && o.Status == s {
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+	}
+	return c
 }
 
 // ctrsNeverStarted: no regular container has started yet (all still waiting

@@ -107,110 +107,132 @@ func (w *podWorker) applyFSGroup(dir string) error {
 	})
 }
 
+// projection is the content of a ConfigMap, Secret, downward API or
+// projected volume: path -> content and mode.
+type projection struct {
+	files map[string][]byte
+	modes map[string]os.FileMode
+}
+
+// fileMode is a volume's or item's mode, or def when it sets none.
+func fileMode(m *int32, def os.FileMode) os.FileMode {
+	if m != nil {
+		return os.FileMode(*m)
+	}
+	return def
+}
+
+// addKeys adds a ConfigMap's or Secret's data: every key as a file of its
+// name, or, when items are listed, only those keys at their paths.
+func (p *projection) addKeys(data map[string][]byte, items []corev1.KeyToPath, def os.FileMode) error {
+	if len(items) == 0 {
+		for k, d := range data {
+			p.files[k], p.modes[k] = d, def
+		}
+		return nil
+	}
+	for _, it := range items {
+		d, ok := data[it.Key]
+		if !ok {
+			return fmt.Errorf("key %s not found", it.Key)
+		}
+		p.files[it.Path], p.modes[it.Path] = d, fileMode(it.Mode, def)
+	}
+	return nil
+}
+
 // projectedFiles computes the files of a ConfigMap, Secret, downward API or
 // projected volume: path -> content and mode. A missing optional source
 // gives no files; a missing required one is an error (the pod waits).
 func (w *podWorker) projectedFiles(ctx context.Context, v corev1.Volume) (map[string][]byte, map[string]os.FileMode, error) {
-	files, modes := map[string][]byte{}, map[string]os.FileMode{}
-	mode := func(m *int32, def int32) os.FileMode {
-		if m != nil {
-			return os.FileMode(*m)
-		}
-		return os.FileMode(def)
-	}
-	addKeys := func(data map[string][]byte, items []corev1.KeyToPath, def os.FileMode) error {
-		if len(items) == 0 {
-			for k, d := range data {
-				files[k], modes[k] = d, def
-			}
-			return nil
-		}
-		for _, it := range items {
-			d, ok := data[it.Key]
-			if !ok {
-				return fmt.Errorf("key %s not found", it.Key)
-			}
-			files[it.Path], modes[it.Path] = d, def
-			if it.Mode != nil {
-				modes[it.Path] = os.FileMode(*it.Mode)
-			}
-		}
-		return nil
-	}
-	configMap := func(name string, optional *bool, items []corev1.KeyToPath, def os.FileMode) error {
-		cm, err := w.node.client.CoreV1().ConfigMaps(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("configmap %s: %w", name, err)
-		}
-		data := map[string][]byte{}
-		for k, s := range cm.Data {
-			data[k] = []byte(s)
-		}
-		for k, b := range cm.BinaryData {
-			data[k] = b
-		}
-		return addKeys(data, items, def)
-	}
-	secret := func(name string, optional *bool, items []corev1.KeyToPath, def os.FileMode) error {
-		s, err := w.node.client.CoreV1().Secrets(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("secret %s: %w", name, err)
-		}
-		return addKeys(s.Data, items, def)
-	}
-	downward := func(items []corev1.DownwardAPIVolumeFile, def os.FileMode) error {
-		for _, it := range items {
-			if it.FieldRef == nil {
-				return fmt.Errorf("downward API file %s: only fieldRef is supported", it.Path)
-			}
-			val, err := w.fieldRef(it.FieldRef.FieldPath)
-			if err != nil {
-				return err
-			}
-			files[it.Path], modes[it.Path] = []byte(val), mode(it.Mode, int32(def))
-		}
-		return nil
-	}
+	p := &projection{files: map[string][]byte{}, modes: map[string]os.FileMode{}}
 	var err error
 	switch {
 	case v.ConfigMap != nil:
-		err = configMap(v.ConfigMap.Name, v.ConfigMap.Optional, v.ConfigMap.Items, mode(v.ConfigMap.DefaultMode, 0o644))
+		err = w.projectConfigMap(ctx, p, v.ConfigMap.Name, v.ConfigMap.Optional, v.ConfigMap.Items, fileMode(v.ConfigMap.DefaultMode, 0o644))
 	case v.Secret != nil:
-		err = secret(v.Secret.SecretName, v.Secret.Optional, v.Secret.Items, mode(v.Secret.DefaultMode, 0o644))
+		err = w.projectSecret(ctx, p, v.Secret.SecretName, v.Secret.Optional, v.Secret.Items, fileMode(v.Secret.DefaultMode, 0o644))
 	case v.DownwardAPI != nil:
-		err = downward(v.DownwardAPI.Items, mode(v.DownwardAPI.DefaultMode, 0o644))
+		err = w.projectDownwardAPI(p, v.DownwardAPI.Items, fileMode(v.DownwardAPI.DefaultMode, 0o644))
 	case v.Projected != nil:
-		def := mode(v.Projected.DefaultMode, 0o644)
-		for _, s := range v.Projected.Sources {
-			switch {
-			case s.ConfigMap != nil:
-				err = configMap(s.ConfigMap.Name, s.ConfigMap.Optional, s.ConfigMap.Items, def)
-			case s.Secret != nil:
-				err = secret(s.Secret.Name, s.Secret.Optional, s.Secret.Items, def)
-			case s.DownwardAPI != nil:
-				err = downward(s.DownwardAPI.Items, def)
-			case s.ServiceAccountToken != nil:
-				var tok string
-				tok, err = w.token(ctx, s.ServiceAccountToken)
-				files[s.ServiceAccountToken.Path], modes[s.ServiceAccountToken.Path] = []byte(tok), def
-			default:
-				err = fmt.Errorf("only configMap, secret, downwardAPI and serviceAccountToken projections are supported")
-			}
-			if err != nil {
-				break
-			}
-		}
+		err = w.projectSources(ctx, p, v.Projected.Sources, fileMode(v.Projected.DefaultMode, 0o644))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("volume %s: %w", v.Name, err)
 	}
-	return files, modes, nil
+	return p.files, p.modes, nil
+}
+
+// projectSources adds the sources of a projected volume, in order, up to
+// the first that fails.
+func (w *podWorker) projectSources(ctx context.Context, p *projection, sources []corev1.VolumeProjection, def os.FileMode) error {
+	for _, s := range sources {
+		var err error
+		switch {
+		case s.ConfigMap != nil:
+			err = w.projectConfigMap(ctx, p, s.ConfigMap.Name, s.ConfigMap.Optional, s.ConfigMap.Items, def)
+		case s.Secret != nil:
+			err = w.projectSecret(ctx, p, s.Secret.Name, s.Secret.Optional, s.Secret.Items, def)
+		case s.DownwardAPI != nil:
+			err = w.projectDownwardAPI(p, s.DownwardAPI.Items, def)
+		case s.ServiceAccountToken != nil:
+			var tok string
+			tok, err = w.token(ctx, s.ServiceAccountToken)
+			p.files[s.ServiceAccountToken.Path], p.modes[s.ServiceAccountToken.Path] = []byte(tok), def
+		default:
+			err = fmt.Errorf("only configMap, secret, downwardAPI and serviceAccountToken projections are supported")
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// projectConfigMap adds a ConfigMap's data and binary data.
+func (w *podWorker) projectConfigMap(ctx context.Context, p *projection, name string, opt *bool, items []corev1.KeyToPath, def os.FileMode) error {
+	cm, err := w.node.client.CoreV1().ConfigMaps(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && optional(opt) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("configmap %s: %w", name, err)
+	}
+	data := map[string][]byte{}
+	for k, s := range cm.Data {
+		data[k] = []byte(s)
+	}
+	for k, b := range cm.BinaryData {
+		data[k] = b
+	}
+	return p.addKeys(data, items, def)
+}
+
+// projectSecret adds a Secret's data.
+func (w *podWorker) projectSecret(ctx context.Context, p *projection, name string, opt *bool, items []corev1.KeyToPath, def os.FileMode) error {
+	s, err := w.node.client.CoreV1().Secrets(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && optional(opt) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("secret %s: %w", name, err)
+	}
+	return p.addKeys(s.Data, items, def)
+}
+
+// projectDownwardAPI adds downward API files (fields of the pod only).
+func (w *podWorker) projectDownwardAPI(p *projection, items []corev1.DownwardAPIVolumeFile, def os.FileMode) error {
+	for _, it := range items {
+		if it.FieldRef == nil {
+			return fmt.Errorf("downward API file %s: only fieldRef is supported", it.Path)
+		}
+		val, err := w.fieldRef(it.FieldRef.FieldPath)
+		if err != nil {
+			return err
+		}
+		p.files[it.Path], p.modes[it.Path] = []byte(val), fileMode(it.Mode, def)
+	}
+	return nil
 }
 
 // writeProjected writes a ConfigMap/Secret/downward API volume the way the
@@ -239,8 +261,27 @@ func (w *podWorker) writeProjected(ctx context.Context, v corev1.Volume, dir str
 		names = append(names, p)
 	}
 	sort.Strings(names)
+	if err := writeFiles(filepath.Join(dir, ts), names, files, modes, gid); err != nil {
+		return err
+	}
+	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if err := swapDataLink(dir, ts); err != nil {
+		return err
+	}
+	if err := linkTopLevel(dir, names); err != nil {
+		return err
+	}
+	if old != "" && old != ts {
+		_ = os.RemoveAll(filepath.Join(dir, old))
+	}
+	return nil
+}
+
+// writeFiles writes the named files under dir with their modes, group-owned
+// by gid unless it is -1.
+func writeFiles(dir string, names []string, files map[string][]byte, modes map[string]os.FileMode, gid int) error {
 	for _, p := range names {
-		f := filepath.Join(dir, ts, p)
+		f := filepath.Join(dir, p)
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
 			return err
 		}
@@ -256,16 +297,22 @@ func (w *podWorker) writeProjected(ctx context.Context, v corev1.Volume, dir str
 			}
 		}
 	}
-	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	return nil
+}
+
+// swapDataLink points dir/..data at ts in one rename.
+func swapDataLink(dir, ts string) error {
 	tmp := filepath.Join(dir, "..data_tmp")
 	_ = os.Remove(tmp)
 	if err := os.Symlink(ts, tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
-		return err
-	}
-	// Top-level names link through ..data; names no longer present go.
+	return os.Rename(tmp, filepath.Join(dir, "..data"))
+}
+
+// linkTopLevel makes each top-level name of the files a link through
+// ..data; names no longer present go.
+func linkTopLevel(dir string, names []string) error {
 	top := map[string]bool{}
 	for _, p := range names {
 		top[splitFirst(p)] = true
@@ -284,9 +331,6 @@ func (w *podWorker) writeProjected(ctx context.Context, v corev1.Volume, dir str
 		if err := os.Symlink(filepath.Join("..data", t), link); err != nil {
 			return err
 		}
-	}
-	if old != "" && old != ts {
-		_ = os.RemoveAll(filepath.Join(dir, old))
 	}
 	return nil
 }
