@@ -170,7 +170,7 @@ undeploy: ## Remove what `make deploy` installed (the CRDs too, and with them ev
 ##@ Tests
 
 .PHONY: test
-test: verify-generated verify-kustomize vet lint actionlint vuln test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
+test: verify-generated verify-kustomize vet lint actionlint vuln test-unit scorecard test-images test-integration test-floor test-olm ## Everything CI runs.
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).
@@ -182,6 +182,23 @@ test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
 	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
+
+# The API tests: schema, CEL, conversion, the webhooks, and the release
+# checks (tests/integration/compat_test.go).
+API_TESTS = TestInvalidCreatesAreRejected|TestInvalidUpdatesAreRejected|TestNameLengthIsBounded|TestInvalidBackupsAreRejected|TestConversionBothWays|TestWebhookDefaults|TestWebhookRefusals|TestWarningsAndAudit|TestStoredBeforeStorageSwitch|TestWebhookCertificateReload|TestV1alpha1WritesKeepV1Rules|TestBackupTargetsNeedSecretAccess|TestBackupTargetSecretsAreChecked|TestTheRequestedRelease|TestCELNewerThanTheServerIsRefused
+FLOOR_VERSION = $(shell cd hack/tools/kube-floor && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Version}}' k8s.io/kubernetes)
+
+.PHONY: test-floor
+test-floor: ## The API tests on the oldest supported Kubernetes (hack/tools/kube-floor, the CSV's minKubeVersion).
+	@BIN=$$(hack/build-tools.sh floor); \
+	KUBE_FLOOR=1 WANT_KUBE_VERSION=$(FLOOR_VERSION:v%=%) LOCAL_CLUSTER_BIN="$$BIN" go test $(GOTEST_FLAGS) -count=1 -timeout 20m -v -run '^($(API_TESTS))$$' ./tests/integration/ 2>&1 | \
+		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-floor.log
+
+.PHONY: test-floor-full
+test-floor-full: ## The whole integration suite (tests/integration) on the oldest supported Kubernetes.
+	@BIN=$$(hack/build-tools.sh floor); \
+	KUBE_FLOOR=1 WANT_KUBE_VERSION=$(FLOOR_VERSION:v%=%) LOCAL_CLUSTER_BIN="$$BIN" go test $(GOTEST_FLAGS) -count=1 -timeout 45m -v ./tests/integration/ 2>&1 | \
+		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-floor-full.log
 
 FAILOVER_RUNS ?= 5
 .PHONY: bench-failover
@@ -196,7 +213,7 @@ test-faults: ## The fault scenarios once per engine on real pods (root): machine
 		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime'
 
 .PHONY: test-full
-test-full: test test-faults ## What CI runs, then the full tier: every fault scenario (make test-faults).
+test-full: test test-faults test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), the integration suite on the oldest supported Kubernetes.
 
 FAULT_RUNS ?= 5
 .PHONY: bench-faults

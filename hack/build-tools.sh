@@ -20,6 +20,9 @@
 #        builds golangci-lint and prints its bin dir
 #        hack/build-tools.sh actionlint
 #        builds actionlint and prints its bin dir
+#        hack/build-tools.sh floor
+#        builds the oldest supported Kubernetes (hack/tools/kube-floor) beside
+#        the cluster's etcd and kwok and prints its bin dir
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -143,21 +146,26 @@ if [[ ${#targets[@]} -eq 0 ]]; then targets=(controller-gen cluster); fi
 if want controller-gen; then
 	build controller-gen controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 fi
-if ! want cluster; then
+if ! want cluster && ! want floor; then
 	echo "$bin"
 	exit 0
 fi
 
 build etcd etcd go.etcd.io/etcd/server/v3
 
-major="${kube_ver#v}"; major="${major%%.*}"
-minor="$(echo "$kube_ver" | cut -d. -f2)"
-kld=""
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	kld+=" -X $p.gitVersion=$kube_ver -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-done
+# kube_ldflags VERSION: the version the Kubernetes binaries report (v0.0.0
+# without it).
+kube_ldflags() {
+	local v="$1" major minor p ld=""
+	major="${v#v}"; major="${major%%.*}"
+	minor="$(echo "$v" | cut -d. -f2)"
+	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ld+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+	done
+	echo "$ld"
+}
 for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-	build kube "$c" "k8s.io/kubernetes/cmd/$c" "$kld"
+	build kube "$c" "k8s.io/kubernetes/cmd/$c" "$(kube_ldflags "$kube_ver")"
 done
 
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_ver"
@@ -173,6 +181,20 @@ if [[ ! -d "$bin/kwok-stages" ]]; then
 	rm -f "$bin/kwok-stages.tmp/kustomization.yaml"
 	chmod -R u+w "$bin/kwok-stages.tmp"
 	mv "$bin/kwok-stages.tmp" "$bin/kwok-stages"
+fi
+
+# The floor: the oldest supported Kubernetes's control plane in a directory
+# of its own, keyed by its version and the etcd and kwok it shares (linked
+# from the cluster's directory, with kubectl).
+if want floor; then
+	floor_ver="$(modver kube-floor k8s.io/kubernetes)"
+	cluster="$bin"
+	bin="$cache/bin/kube-$floor_ver-etcd-$etcd_ver-kwok-$kwok_ver"
+	mkdir -p "$bin"
+	for c in kube-apiserver kube-controller-manager kube-scheduler; do
+		build kube-floor "$c" "k8s.io/kubernetes/cmd/$c" "$(kube_ldflags "$floor_ver")"
+	done
+	for f in etcd kwok kwok-stages kubectl; do ln -sfn "$cluster/$f" "$bin/$f"; done
 fi
 
 echo "$bin"

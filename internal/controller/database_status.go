@@ -276,8 +276,9 @@ func rollout(db *dbv1.Database, sts *appsv1.StatefulSet, desired int32) (bool, s
 			return true, dbv1.ReasonCreating, fmt.Sprintf("creating instances: %d/%d exist", s.Replicas, desired)
 		}
 		return true, dbv1.ReasonScaling, fmt.Sprintf("scaling from %d to %d instances", s.Replicas, desired)
-	// Not currentRevision: under OnDelete, Kubernetes before 1.35 never
-	// advances it (only RollingUpdate completed an update).
+	// Not currentRevision: under OnDelete, Kubernetes releases before the
+	// fix of kubernetes#73492 never advance it (only RollingUpdate
+	// completed an update); the floor release, 1.30, is one.
 	case s.UpdateRevision != "" && s.UpdatedReplicas != desired:
 		return true, dbv1.ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s: %d/%d instances updated", s.UpdateRevision, s.UpdatedReplicas, desired)
 	case s.ReadyReplicas < desired && db.Status.Phase != dbv1.PhaseRunning && db.Status.Phase != dbv1.PhaseDegraded:
