@@ -70,7 +70,7 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	if cfg.Engine == dbv1.EnginePostgreSQL {
 		cfg.Superuser = engine.Credentials{User: os.Getenv("POSTGRES_USER"), Password: os.Getenv("POSTGRES_PASSWORD")}
 	} else {
-		cfg.Superuser = engine.Credentials{User: "root", Password: os.Getenv("ROOT_PASSWORD")}
+		cfg.Superuser = engine.Credentials{User: engine.ProfileOf(cfg.Engine).Superuser, Password: os.Getenv("ROOT_PASSWORD")}
 	}
 	repl, err := env("REPLICATION_PASSWORD")
 	if err != nil {

@@ -231,23 +231,24 @@ func dumpJobs(s Server, databases []string) []dumpJob {
 			cmd: []string{"pg_dumpall", host, port, "--username=" + s.User, "--no-password", "--globals-only"}}}
 		for i, db := range databases {
 			jobs = append(jobs, dumpJob{file: File{Name: fmt.Sprintf("db-%04d.dump", i+1), Database: db, Kind: KindPGDump},
-				cmd: []string{"pg_dump", host, port, "--username=" + s.User, "--no-password", "--format=custom", pgDatabaseArg(db)}})
+				cmd: []string{engine.ProfileOf(s.Engine).Dump, host, port, "--username=" + s.User, "--no-password", "--format=custom", pgDatabaseArg(db)}})
 		}
 		return jobs
 	case dbv1.EngineMySQL:
 		// --set-gtid-purged=OFF: with ON the dump turns binary logging off
 		// for its load, and the restored Database's replicas would never
 		// receive the data. The position is the one read before the dump.
-		cmd := append([]string{"mysqldump"}, s.mysqlConnArgs()...)
+		cmd := append([]string{engine.ProfileOf(s.Engine).Dump}, s.mysqlConnArgs()...)
 		cmd = append(cmd, "--single-transaction",
 			"--set-gtid-purged=OFF", "--source-data=2", "--routines", "--triggers", "--events", "--hex-blob")
 		return []dumpJob{{file: File{Name: "dump.sql", Kind: KindSQL}, cmd: withDatabases(cmd, databases)}}
 	default:
 		// Accounts first (the mysql schema itself is not dumped: it holds
 		// the superuser, whose password is the restored Database's own).
-		users := append([]string{"mariadb-dump"}, s.mysqlConnArgs()...)
+		dump := engine.ProfileOf(s.Engine).Dump
+		users := append([]string{dump}, s.mysqlConnArgs()...)
 		users = append(users, "--system=users", "--insert-ignore")
-		cmd := append([]string{"mariadb-dump"}, s.mysqlConnArgs()...)
+		cmd := append([]string{dump}, s.mysqlConnArgs()...)
 		cmd = append(cmd, "--single-transaction", "--gtid", "--master-data=2", "--routines", "--triggers", "--events", "--hex-blob")
 		return []dumpJob{
 			{file: File{Name: "users.sql", Kind: KindUsers}, cmd: users},

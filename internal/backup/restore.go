@@ -152,7 +152,7 @@ func load(ctx context.Context, s Server, f File, local string) error {
 			return fail(ReasonLoadFailed, "%w", err)
 		}
 		stdin = bytes.NewReader(withoutRole(withoutRole(b, s.User), engine.ReplicationUser))
-		cmd = []string{"psql", host, port, "--username=" + s.User, "--no-password", "--dbname=postgres", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1"}
+		cmd = []string{engine.ProfileOf(s.Engine).Client, host, port, "--username=" + s.User, "--no-password", "--dbname=postgres", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1"}
 	case KindPGDump:
 		cmd = []string{"pg_restore", host, port, "--username=" + s.User, "--no-password", "--exit-on-error"}
 		if f.Database == "postgres" {
@@ -168,12 +168,9 @@ func load(ctx context.Context, s Server, f File, local string) error {
 			return fail(ReasonLoadFailed, "%w", err)
 		}
 		stdin = bytes.NewReader(withoutAccounts(b, s.User, engine.ReplicationUser, "mariadb.sys"))
-		cmd = append(append([]string{"mariadb"}, s.mysqlConnArgs()...), "--binary-mode")
+		cmd = append(append([]string{engine.ProfileOf(s.Engine).Client}, s.mysqlConnArgs()...), "--binary-mode")
 	case KindSQL:
-		client := "mariadb"
-		if s.Engine == "mysql" {
-			client = "mysql"
-		}
+		client := engine.ProfileOf(s.Engine).Client
 		in, err := os.Open(local)
 		if err != nil {
 			return fail(ReasonLoadFailed, "%w", err)

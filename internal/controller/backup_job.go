@@ -12,6 +12,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/engine"
 )
 
 // Backup and restore Jobs run the manager binary's backup and restore
@@ -127,8 +128,8 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 	tp := targetForPod(req.target, db)
 	host := fmt.Sprintf("%s.%s-headless.%s.svc", req.instance.Name, db.Name, db.Namespace)
 	args := append([]string{req.component,
-		"--engine=" + string(db.Spec.Engine), "--host=" + host, "--port=" + strconv.Itoa(int(enginePort(db.Spec.Engine))),
-		"--user=" + superuser(db.Spec.Engine), "--result-file=" + jobResultFile}, tp.args...)
+		"--engine=" + string(db.Spec.Engine), "--host=" + host, "--port=" + strconv.Itoa(int(engine.ProfileOf(db.Spec.Engine).Port)),
+		"--user=" + engine.ProfileOf(db.Spec.Engine).Superuser, "--result-file=" + jobResultFile}, tp.args...)
 	args = append(args, req.args...)
 
 	labels := map[string]string{

@@ -47,12 +47,9 @@ func passwordHash(p string) string {
 // appSecretData is what an application needs to connect, -rw first.
 func appSecretData(db *dbv1.Database, password string) map[string]string {
 	host := fmt.Sprintf("%s-rw.%s.svc", db.Name, db.Namespace)
-	port := strconv.Itoa(int(enginePort(db.Spec.Engine)))
-	scheme := "mysql"
-	if db.Spec.Engine == dbv1.EnginePostgreSQL {
-		scheme = "postgresql"
-	}
-	uri := url.URL{Scheme: scheme, User: url.UserPassword(appUser, password), Host: host + ":" + port, Path: "/" + appDatabase}
+	profile := engine.ProfileOf(db.Spec.Engine)
+	port := strconv.Itoa(int(profile.Port))
+	uri := url.URL{Scheme: profile.Scheme, User: url.UserPassword(appUser, password), Host: host + ":" + port, Path: "/" + appDatabase}
 	return map[string]string{
 		corev1.BasicAuthUsernameKey: appUser,
 		corev1.BasicAuthPasswordKey: password,

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +17,7 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 	helmcharts "example.com/database-operator/helm-charts"
 	"example.com/database-operator/internal/chart"
+	"example.com/database-operator/internal/engine"
 )
 
 func loadChart(t testing.TB) *chart.Renderer {
@@ -357,5 +360,32 @@ func TestNetworkPolicy(t *testing.T) {
 	jobs := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelName: JobAppName, labelDatabase: "orders"}}}
 	if wantFrom := []networkingv1.NetworkPolicyPeer{instances, jobs, app, operator}; !equality.Semantic.DeepEqual(np.Spec.Ingress[0].From, wantFrom) {
 		t.Errorf("with clients, the database port is open to %+v\nwant %+v", np.Spec.Ingress[0].From, wantFrom)
+	}
+}
+
+// TestChartPortsFollowTheEngine: the chart takes the port and its name from
+// the engine's profile (values), not from a second table of its own.
+func TestChartPortsFollowTheEngine(t *testing.T) {
+	for _, e := range dbv1.Engines() {
+		objs, err := desiredObjects(loadChart(t), newDB(e), ValueOptions{OperatorImage: testOperatorImage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := engine.ProfileOf(e)
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["StatefulSet/orders"].Object, sts); err != nil {
+			t.Fatal(err)
+		}
+		ports := sts.Spec.Template.Spec.Containers[0].Ports
+		if !slices.ContainsFunc(ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == want.Port && p.Name == want.PortName }) {
+			t.Errorf("%s: container ports %+v, want %d named %s", e, ports, want.Port, want.PortName)
+		}
+		svc := &corev1.Service{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["Service/orders-rw"].Object, svc); err != nil {
+			t.Fatal(err)
+		}
+		if p := svc.Spec.Ports[0]; p.Port != want.Port || p.Name != want.PortName {
+			t.Errorf("%s: -rw serves %d %s, want %d %s", e, p.Port, p.Name, want.Port, want.PortName)
+		}
 	}
 }

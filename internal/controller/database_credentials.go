@@ -15,14 +15,6 @@ import (
 	"example.com/database-operator/internal/engine"
 )
 
-// superuser is the account the generated credentials are for.
-func superuser(e dbv1.Engine) string {
-	if e == dbv1.EnginePostgreSQL {
-		return "postgres"
-	}
-	return "root"
-}
-
 // newPassword returns 32 random characters from crypto/rand, from an
 // alphabet that needs no quoting in a connection string or shell.
 func newPassword() (string, error) {
@@ -46,7 +38,7 @@ func newPassword() (string, error) {
 // The replication account's Secret is kept the same way: the servers' start
 // scripts read both (the pods cannot start without them).
 func (r *DatabaseReconciler) reconcileCredentials(ctx context.Context, db *dbv1.Database, _ *observed) error {
-	if err := r.keepCredentials(ctx, db, credentialsSecretName(db), superuser(db.Spec.Engine), "superuser", false); err != nil {
+	if err := r.keepCredentials(ctx, db, credentialsSecretName(db), engine.ProfileOf(db.Spec.Engine).Superuser, "superuser", false); err != nil {
 		return err
 	}
 	// Immutable: each replica reads the replication password when it

@@ -51,7 +51,7 @@ func (c *InstanceConnector) credentials(ctx context.Context, db *dbv1.Database, 
 // endpoint is where pod's server listens and, when the pod mounts its
 // Database's certificate, the name that certificate carries.
 func (c *InstanceConnector) endpoint(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) (engine.Endpoint, error) {
-	ep, err := c.Resolve(ctx, pod, int(enginePort(db.Spec.Engine)))
+	ep, err := c.Resolve(ctx, pod, int(engine.ProfileOf(db.Spec.Engine).Port))
 	if err != nil {
 		return ep, err
 	}

@@ -131,7 +131,7 @@ func (p *rejoin) formerPrimary(ctx context.Context, pod *corev1.Pod, inst engine
 	if err != nil {
 		return fmt.Errorf("reaching primary %s: %w", primary, err)
 	}
-	if p.db.Spec.Engine == dbv1.EnginePostgreSQL {
+	if engine.ProfileOf(p.db.Spec.Engine).RejoinByRestart {
 		p.reportDiverged(ctx, pod, prim, st)
 		// It starts fenced until asked: the request goes into the topology
 		// before the restart, so the restarted pod reads it.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 )
 
 // observed is what one reconcile saw of the objects behind a Database. The
@@ -165,7 +166,7 @@ func summarize(db *dbv1.Database, obs *observed) statusInput {
 // selector, endpoints, counts, the primary and the failover record.
 func setObserved(st *dbv1.DatabaseStatus, in statusInput) {
 	db, obs := in.db, in.obs
-	port := enginePort(db.Spec.Engine)
+	port := engine.ProfileOf(db.Spec.Engine).Port
 	st.Version = effectiveVersion(db)
 	st.Selector = labels.SelectorFromSet(selectorLabels(db)).String()
 	st.Endpoints = dbv1.Endpoints{

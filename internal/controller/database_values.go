@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/parameters"
 )
 
@@ -34,14 +35,6 @@ func effectiveVersion(db *dbv1.Database) string {
 		return v
 	}
 	return dbv1.DefaultVersion(db.Spec.Engine)
-}
-
-// enginePort is the port the engine listens on (the chart uses the same).
-func enginePort(e dbv1.Engine) int32 {
-	if e == dbv1.EnginePostgreSQL {
-		return 5432
-	}
-	return 3306
 }
 
 // credentialsSecretName is the Secret holding a Database's superuser credentials.
@@ -113,8 +106,11 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 	if image == "" {
 		image = opts.Images[string(db.Spec.Engine)+":"+effectiveVersion(db)]
 	}
+	profile := engine.ProfileOf(db.Spec.Engine)
 	return map[string]any{
 		"engine":            string(db.Spec.Engine),
+		"port":              int64(profile.Port),
+		"portName":          profile.PortName,
 		"version":           effectiveVersion(db),
 		"image":             image,
 		"replicas":          int64(replicas),

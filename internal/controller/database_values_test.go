@@ -30,8 +30,12 @@ func newDB(engine dbv1.Engine, mutate ...func(*dbv1.Database)) *dbv1.Database {
 func TestChartValues(t *testing.T) {
 	defaultRes := map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "256Mi"}}
 	base := func(engine, version string) map[string]any {
+		port, portName := int64(3306), "mysql"
+		if engine == "postgresql" {
+			port, portName = 5432, "postgresql"
+		}
 		return map[string]any{
-			"engine": engine, "version": version, "image": "", "replicas": int64(1),
+			"engine": engine, "port": port, "portName": portName, "version": version, "image": "", "replicas": int64(1),
 			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
 			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication",
 			"tls": map[string]any{"secretName": "orders-tls", "mountPath": "/etc/database-operator/tls"}, "operatorNamespace": "",

@@ -32,11 +32,11 @@ app.kubernetes.io/part-of: database-operator
 {{- end -}}
 
 {{- define "database.port" -}}
-{{- if eq .Values.engine "postgresql" -}}5432{{- else -}}3306{{- end -}}
+{{- .Values.port -}}
 {{- end -}}
 
 {{- define "database.portName" -}}
-{{- if eq .Values.engine "postgresql" -}}postgresql{{- else -}}mysql{{- end -}}
+{{- .Values.portName -}}
 {{- end -}}
 
 {{- define "database.credentialsSecret" -}}
