@@ -134,7 +134,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	f := &failoverRun{r: r, db: db, obs: obs, primary: db.Status.CurrentPrimary, primaryPod: primaryPod, pods: pods, repl: repl}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("primary", f.primary))
-	return r.runSteps(ctx, db, obs, "Failover", []haStep{
+	_, err := r.runSteps(ctx, db, obs, "Failover", []haStep{
 		{name: "ReplicasSurveyed", run: func() (stepOutcome, error) { return f.survey(ctx) }},
 		{name: "CandidateChosen", run: func() (stepOutcome, error) { return f.choose(ctx) }},
 		{name: "OldPrimaryFenced", run: func() (stepOutcome, error) { return f.fence(ctx) }},
@@ -145,6 +145,7 @@ func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, ob
 		{name: "SlotsKept", run: func() (stepOutcome, error) { return f.keepSlots(ctx) }},
 		{name: "ReplicasRepointed", run: func() (stepOutcome, error) { return f.repoint(ctx) }},
 	})
+	return err
 }
 
 // survey asks every replica where it stands. A replica already promoted
@@ -220,7 +221,8 @@ func (f *failoverRun) fence(ctx context.Context) (stepOutcome, error) {
 	}
 	inst, err := f.obs.instances.get(ctx, f.primaryPod)
 	if err != nil {
-		return done(fmt.Sprintf("%s cannot be reached (%v): its agent stops it once it cannot renew the Lease", f.primary, err)), nil
+		return stepOutcome{did: fmt.Sprintf("%s cannot be reached (%v), so it is not fenced: its agent stops it once it cannot renew the Lease, which moves only once expired", f.primary, err),
+			reason: "OldPrimaryUnreachable", warning: true}, nil
 	}
 	if err := inst.Fence(ctx); err != nil {
 		return stepOutcome{}, fmt.Errorf("fencing old primary %s before promotion: %w", f.primary, err)
@@ -238,7 +240,7 @@ func (f *failoverRun) takeLease(ctx context.Context) (stepOutcome, error) {
 		return stepOutcome{}, err
 	}
 	if left > 0 {
-		return stepOutcome{did: fmt.Sprintf("the primary Lease of unreachable %s has not expired", f.primary), wait: left}, nil
+		return stepOutcome{did: fmt.Sprintf("the primary Lease of unreachable %s has not expired; %s waits", f.primary, f.best.pod.Name), wait: left}, nil
 	}
 	return done(fmt.Sprintf("the primary Lease names %s", f.best.pod.Name)), nil
 }
@@ -251,7 +253,7 @@ func (f *failoverRun) clearFailsafe(ctx context.Context) (stepOutcome, error) {
 		return stepOutcome{}, err
 	}
 	if hold > 0 {
-		return stepOutcome{did: fmt.Sprintf("%s confirmed %s to its agent while the API server was away", f.best.pod.Name, f.primary), wait: hold}, nil
+		return stepOutcome{did: fmt.Sprintf("candidate %s confirmed %s to its agent while the API server was away", f.best.pod.Name, f.primary), wait: hold}, nil
 	}
 	return done(fmt.Sprintf("no agent holds %s as the primary any longer", f.primary)), nil
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -22,11 +23,15 @@ type haStep struct {
 
 // stepOutcome is what a step did, for its log line and its Event. wait > 0:
 // the step cannot go on yet, and the procedure is looked at again within
-// wait. stop: the procedure has nothing left to do.
+// wait. stop: the procedure has nothing left to do. reason names an outcome
+// other than the step's own (its Event's reason then, a Warning when
+// warning): a fence that found the old primary unreachable did not fence.
 type stepOutcome struct {
-	did  string
-	wait time.Duration
-	stop bool
+	did     string
+	wait    time.Duration
+	stop    bool
+	reason  string
+	warning bool
 }
 
 // done is the outcome of a step that did what it says.
@@ -35,8 +40,10 @@ func done(did string) stepOutcome { return stepOutcome{did: did} }
 // runSteps runs steps in order. Each step done or ending the procedure
 // writes a log line and emits an Event (<procedure><step>): Events expire
 // and are merged, the log is the forensic record. A step that waits ends
-// the run with a log line and a requeue.
-func (r *DatabaseReconciler) runSteps(ctx context.Context, db *dbv1.Database, obs *observed, procedure string, steps []haStep) error {
+// the run with a log line and a requeue. It reports whether every step
+// ran: a caller must not act on a procedure that stopped early as if it
+// had completed.
+func (r *DatabaseReconciler) runSteps(ctx context.Context, db *dbv1.Database, obs *observed, procedure string, steps []haStep) (bool, error) {
 	logger := log.FromContext(ctx).WithValues("procedure", procedure)
 	for _, step := range steps {
 		out, err := step.run()
@@ -44,19 +51,23 @@ func (r *DatabaseReconciler) runSteps(ctx context.Context, db *dbv1.Database, ob
 		case err != nil:
 			logger.Error(err, "step failed", "step", step.name)
 			if step.onFail != nil {
-				return step.onFail(err)
+				return false, step.onFail(err)
 			}
-			return err
+			return false, err
 		case out.wait > 0:
 			logger.Info("step waits", "step", step.name, "why", out.did, "within", out.wait)
 			obs.requeueWithin(out.wait)
-			return nil
+			return false, nil
 		}
-		logger.Info("step done", "step", step.name, "result", out.did)
-		r.event(db, corev1.EventTypeNormal, procedure+step.name, procedure, "%s", out.did)
+		reason, typ := cmp.Or(out.reason, step.name), corev1.EventTypeNormal
+		if out.warning {
+			typ = corev1.EventTypeWarning
+		}
+		logger.Info("step done", "step", step.name, "outcome", reason, "result", out.did)
+		r.event(db, typ, procedure+reason, procedure, "%s", out.did)
 		if out.stop {
-			return nil
+			return false, nil
 		}
 	}
-	return nil
+	return true, nil
 }

@@ -200,8 +200,14 @@ func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, ob
 			return done(fmt.Sprintf("%s takes writes", target)), nil
 		}, rollForward},
 	}
-	if err := r.runSteps(ctx, db, obs, "Switchover", steps); err != nil {
+	completed, err := r.runSteps(ctx, db, obs, "Switchover", steps)
+	if err != nil {
 		return err
+	}
+	if !completed {
+		// Never reached today (no step waits); if one ever does, the
+		// target is not promoted: nothing may follow it yet.
+		return fmt.Errorf("switchover to %s stopped before %s was promoted", target, target)
 	}
 	r.event(db, corev1.EventTypeNormal, "SwitchoverCompleted", "Switchover", "%s is the primary, at %s", target, final.Applied)
 	return nil

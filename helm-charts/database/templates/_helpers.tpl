@@ -32,11 +32,11 @@ app.kubernetes.io/part-of: database-operator
 {{- end -}}
 
 {{- define "database.port" -}}
-{{- .Values.port -}}
+{{- required "port: the engine's port (5432 for postgresql, 3306 for mysql and mariadb), which the operator sets" .Values.port -}}
 {{- end -}}
 
 {{- define "database.portName" -}}
-{{- .Values.portName -}}
+{{- required "portName: the engine's port name (postgresql or mysql), which the operator sets" .Values.portName -}}
 {{- end -}}
 
 {{- define "database.credentialsSecret" -}}
