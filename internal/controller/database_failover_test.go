@@ -261,12 +261,9 @@ func TestSynchronousQuorum(t *testing.T) {
 	}
 }
 
-// TestFailoverWaitsForTheFencedPrimary: the old primary's pod is not ready
-// but its server answers (its agent made it read-only when it lost the
-// Lease): the failover fences it and promotes the replica only once that
-// has applied everything the old primary wrote, never with less.
-func TestFailoverWaitsForTheFencedPrimary(t *testing.T) {
-	ctx := context.Background()
+// failedPrimary is a Database of two whose primary orders-0 has been
+// unready for a minute, past its failover delay (0), and its two pods.
+func failedPrimary() (*dbv1.Database, []client.Object) {
 	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
 		db.Spec.Replicas = 2
 		db.Spec.Failover.DelaySeconds = ptr.To[int32](0)
@@ -276,6 +273,16 @@ func TestFailoverWaitsForTheFencedPrimary(t *testing.T) {
 	})
 	pods := readyPods(db)
 	pods[0].(*corev1.Pod).Status.Conditions[0].Status = corev1.ConditionFalse
+	return db, pods
+}
+
+// TestFailoverWaitsForTheFencedPrimary: the old primary's pod is not ready
+// but its server answers (its agent made it read-only when it lost the
+// Lease): the failover fences it and promotes the replica only once that
+// has applied everything the old primary wrote, never with less.
+func TestFailoverWaitsForTheFencedPrimary(t *testing.T) {
+	ctx := context.Background()
+	db, pods := failedPrimary()
 	servers := map[string]*scriptedServer{
 		"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},
 		"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 40, catchUpTo: 100},
@@ -338,15 +345,7 @@ func TestFailoverSteps(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
-				db.Spec.Replicas = 2
-				db.Spec.Failover.DelaySeconds = ptr.To[int32](0)
-				db.Status.CurrentPrimary = "orders-0"
-				db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-time.Minute)}
-				db.Finalizers = []string{Finalizer}
-			})
-			pods := readyPods(db)
-			pods[0].(*corev1.Pod).Status.Conditions[0].Status = corev1.ConditionFalse
+			db, pods := failedPrimary()
 			servers := map[string]*scriptedServer{"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100}}
 			if tt.oldReachable {
 				servers["orders-0"] = &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100}

@@ -146,30 +146,23 @@ func (w *podWorker) baseEnvironment(env *envVars, img Image) {
 // addEnvFrom sets every key of an envFrom ConfigMap or Secret, prefixed; a
 // missing optional source sets nothing.
 func (w *podWorker) addEnvFrom(ctx context.Context, env *envVars, from corev1.EnvFromSource) error {
-	ns := w.pod.Namespace
+	var data map[string][]byte
+	var ok bool
+	var err error
 	switch {
 	case from.ConfigMapRef != nil:
-		cm, err := w.node.client.CoreV1().ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
-		if err != nil {
-			if apierrors.IsNotFound(err) && optional(from.ConfigMapRef.Optional) {
-				return nil
-			}
-			return fmt.Errorf("envFrom configmap %s: %w", from.ConfigMapRef.Name, err)
-		}
-		for k, v := range cm.Data {
-			env.set(from.Prefix+k, v)
-		}
+		data, ok, err = w.sourceData(ctx, false, from.ConfigMapRef.Name, from.ConfigMapRef.Optional)
 	case from.SecretRef != nil:
-		s, err := w.node.client.CoreV1().Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
-		if err != nil {
-			if apierrors.IsNotFound(err) && optional(from.SecretRef.Optional) {
-				return nil
-			}
-			return fmt.Errorf("envFrom secret %s: %w", from.SecretRef.Name, err)
-		}
-		for k, v := range s.Data {
-			env.set(from.Prefix+k, string(v))
-		}
+		data, ok, err = w.sourceData(ctx, true, from.SecretRef.Name, from.SecretRef.Optional)
+	}
+	if err != nil {
+		return fmt.Errorf("envFrom %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	for k, v := range data {
+		env.set(from.Prefix+k, string(v))
 	}
 	return nil
 }

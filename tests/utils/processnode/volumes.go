@@ -149,9 +149,9 @@ func (w *podWorker) projectedFiles(ctx context.Context, v corev1.Volume) (map[st
 	var err error
 	switch {
 	case v.ConfigMap != nil:
-		err = w.projectConfigMap(ctx, p, v.ConfigMap.Name, v.ConfigMap.Optional, v.ConfigMap.Items, fileMode(v.ConfigMap.DefaultMode, 0o644))
+		err = w.projectSource(ctx, p, false, v.ConfigMap.Name, v.ConfigMap.Optional, v.ConfigMap.Items, fileMode(v.ConfigMap.DefaultMode, 0o644))
 	case v.Secret != nil:
-		err = w.projectSecret(ctx, p, v.Secret.SecretName, v.Secret.Optional, v.Secret.Items, fileMode(v.Secret.DefaultMode, 0o644))
+		err = w.projectSource(ctx, p, true, v.Secret.SecretName, v.Secret.Optional, v.Secret.Items, fileMode(v.Secret.DefaultMode, 0o644))
 	case v.DownwardAPI != nil:
 		err = w.projectDownwardAPI(p, v.DownwardAPI.Items, fileMode(v.DownwardAPI.DefaultMode, 0o644))
 	case v.Projected != nil:
@@ -170,9 +170,9 @@ func (w *podWorker) projectSources(ctx context.Context, p *projection, sources [
 		var err error
 		switch {
 		case s.ConfigMap != nil:
-			err = w.projectConfigMap(ctx, p, s.ConfigMap.Name, s.ConfigMap.Optional, s.ConfigMap.Items, def)
+			err = w.projectSource(ctx, p, false, s.ConfigMap.Name, s.ConfigMap.Optional, s.ConfigMap.Items, def)
 		case s.Secret != nil:
-			err = w.projectSecret(ctx, p, s.Secret.Name, s.Secret.Optional, s.Secret.Items, def)
+			err = w.projectSource(ctx, p, true, s.Secret.Name, s.Secret.Optional, s.Secret.Items, def)
 		case s.DownwardAPI != nil:
 			err = w.projectDownwardAPI(p, s.DownwardAPI.Items, def)
 		case s.ServiceAccountToken != nil:
@@ -189,35 +189,44 @@ func (w *podWorker) projectSources(ctx context.Context, p *projection, sources [
 	return nil
 }
 
-// projectConfigMap adds a ConfigMap's data and binary data.
-func (w *podWorker) projectConfigMap(ctx context.Context, p *projection, name string, opt *bool, items []corev1.KeyToPath, def os.FileMode) error {
-	cm, err := w.node.client.CoreV1().ConfigMaps(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) && optional(opt) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("configmap %s: %w", name, err)
-	}
-	data := map[string][]byte{}
-	for k, s := range cm.Data {
-		data[k] = []byte(s)
-	}
-	for k, b := range cm.BinaryData {
-		data[k] = b
+// projectSource adds a ConfigMap's or a Secret's keys (a missing optional
+// one adds nothing).
+func (w *podWorker) projectSource(ctx context.Context, p *projection, secret bool, name string, opt *bool, items []corev1.KeyToPath, def os.FileMode) error {
+	data, ok, err := w.sourceData(ctx, secret, name, opt)
+	if err != nil || !ok {
+		return err
 	}
 	return p.addKeys(data, items, def)
 }
 
-// projectSecret adds a Secret's data.
-func (w *podWorker) projectSecret(ctx context.Context, p *projection, name string, opt *bool, items []corev1.KeyToPath, def os.FileMode) error {
-	s, err := w.node.client.CoreV1().Secrets(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+// sourceData reads a ConfigMap's data (binary data too) or a Secret's
+// data. ok is false for a missing optional source, which provides nothing.
+func (w *podWorker) sourceData(ctx context.Context, secret bool, name string, opt *bool) (map[string][]byte, bool, error) {
+	kind, data, err := "configmap", map[string][]byte{}, error(nil)
+	if secret {
+		kind = "secret"
+		var s *corev1.Secret
+		if s, err = w.node.client.CoreV1().Secrets(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			data = s.Data
+		}
+	} else {
+		var cm *corev1.ConfigMap
+		if cm, err = w.node.client.CoreV1().ConfigMaps(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			for k, v := range cm.Data {
+				data[k] = []byte(v)
+			}
+			for k, b := range cm.BinaryData {
+				data[k] = b
+			}
+		}
+	}
 	if apierrors.IsNotFound(err) && optional(opt) {
-		return nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("secret %s: %w", name, err)
+		return nil, false, fmt.Errorf("%s %s: %w", kind, name, err)
 	}
-	return p.addKeys(s.Data, items, def)
+	return data, true, nil
 }
 
 // projectDownwardAPI adds downward API files (fields of the pod only).
