@@ -52,7 +52,7 @@ func TestRunSteps(t *testing.T) {
 			if completed != tt.completed || !slices.Equal(ran, tt.ran) {
 				t.Errorf("completed %v, ran %v; want %v, %v", completed, ran, tt.completed, tt.ran)
 			}
-			if tt.err != nil && (failed != tt.err || err == nil || !strings.HasPrefix(err.Error(), "handled: ")) {
+			if tt.err != nil && (!errors.Is(failed, tt.err) || err == nil || !strings.HasPrefix(err.Error(), "handled: ")) {
 				t.Errorf("failure: onFail got %v, run returned %v", failed, err)
 			}
 			var got []string

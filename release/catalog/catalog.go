@@ -84,8 +84,12 @@ func LocalBundles(repo, current, currentVersion, released string) BundleDirs {
 			return "", fmt.Errorf("bundle image %s is not from %s", image, repo)
 		}
 		if tag == currentVersion {
-			if v, err := BundleVersion(current); err != nil || v != currentVersion {
-				return "", fmt.Errorf("bundle %s: %s holds version %q (%v), not %s: run make bundle", image, current, v, err, currentVersion)
+			v, err := BundleVersion(current)
+			if err != nil {
+				return "", fmt.Errorf("bundle %s: %w", image, err)
+			}
+			if v != currentVersion {
+				return "", fmt.Errorf("bundle %s: %s holds version %q, not %s: run make bundle", image, current, v, currentVersion)
 			}
 			return current, nil
 		}
@@ -100,8 +104,11 @@ func LocalBundles(repo, current, currentVersion, released string) BundleDirs {
 // BundleVersion reads the version of the CSV in a bundle directory.
 func BundleVersion(dir string) (string, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "manifests", "*.clusterserviceversion.yaml"))
-	if err != nil || len(paths) != 1 {
-		return "", fmt.Errorf("want one CSV in %s/manifests, found %d (%v)", dir, len(paths), err)
+	if err != nil {
+		return "", fmt.Errorf("looking for the CSV in %s/manifests: %w", dir, err)
+	}
+	if len(paths) != 1 {
+		return "", fmt.Errorf("want one CSV in %s/manifests, found %d", dir, len(paths))
 	}
 	b, err := os.ReadFile(paths[0])
 	if err != nil {

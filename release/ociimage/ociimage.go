@@ -1,13 +1,15 @@
 // Package ociimage builds container images in Go, with no container engine:
 // an image is one layer of files on an empty base plus its configuration
 // (entrypoint, user, labels), reproducible byte for byte (fixed times and
-// owners). Images are written as an OCI image layout or pushed to a
-// registry.
+// owners); images of one program for several platforms go into an image
+// index. Images and indexes are written as an OCI image layout or pushed to
+// a registry.
 package ociimage
 
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"io/fs"
@@ -47,6 +49,9 @@ type Spec struct {
 	WorkingDir string
 	Env        []string
 	Labels     map[string]string
+	// Arch is the architecture the image's programs run on (GOARCH
+	// spelling, as OCI's); empty: this machine's. The OS is linux.
+	Arch string
 }
 
 // Build makes the image: one layer with the files, on an empty base.
@@ -72,7 +77,7 @@ func Build(spec Spec) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.OS, cf.Architecture = "linux", cmp.Or(spec.Arch, runtime.GOARCH)
 	cf.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	cf.Config.Entrypoint, cf.Config.Cmd = spec.Entrypoint, spec.Cmd
 	cf.Config.User, cf.Config.WorkingDir = spec.User, spec.WorkingDir
@@ -150,9 +155,36 @@ func Executable(src, dest string) (File, error) {
 	return File{Path: dest, Mode: 0o755, Data: b}, err
 }
 
-// WriteLayout writes the images into an OCI image layout at dir, each
+// Index is an OCI image index of imgs, each described by the platform its
+// configuration names, in the order given (the first is what a client
+// without a platform preference pulls). Two images for one platform are
+// refused.
+func Index(imgs ...v1.Image) (v1.ImageIndex, error) {
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	seen := map[string]bool{}
+	for _, img := range imgs {
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return nil, err
+		}
+		p := v1.Platform{OS: cf.OS, Architecture: cf.Architecture}
+		if seen[p.String()] {
+			return nil, fmt.Errorf("two images for platform %s", p.String())
+		}
+		seen[p.String()] = true
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+	}
+	return idx, nil
+}
+
+// Artifact is what a release writes: a v1.Image or a v1.ImageIndex.
+type Artifact interface {
+	Digest() (v1.Hash, error)
+}
+
+// WriteLayout writes the artifacts into an OCI image layout at dir, each
 // annotated with its reference (org.opencontainers.image.ref.name).
-func WriteLayout(dir string, images map[string]v1.Image) error {
+func WriteLayout(dir string, artifacts map[string]Artifact) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -160,24 +192,33 @@ func WriteLayout(dir string, images map[string]v1.Image) error {
 	if err != nil {
 		return err
 	}
-	refs := make([]string, 0, len(images))
-	for ref := range images {
+	refs := make([]string, 0, len(artifacts))
+	for ref := range artifacts {
 		refs = append(refs, ref)
 	}
 	slices.Sort(refs)
 	for _, ref := range refs {
-		if err := p.AppendImage(images[ref], layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})); err != nil {
+		opt := layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref})
+		switch a := artifacts[ref].(type) {
+		case v1.ImageIndex:
+			err = p.AppendIndex(a, opt)
+		case v1.Image:
+			err = p.AppendImage(a, opt)
+		default:
+			err = fmt.Errorf("%T is neither an image nor an index", a)
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %w", ref, err)
 		}
 	}
 	return nil
 }
 
-// Push writes the image to ref; insecure allows a plain-HTTP registry
+// Push writes the artifact to ref; insecure allows a plain-HTTP registry
 // (the in-process one on loopback in tests). Credentials come from the
 // Docker configuration (~/.docker/config.json, as CI's login writes it);
 // without one the push is anonymous.
-func Push(img v1.Image, ref string, insecure bool) error {
+func Push(a Artifact, ref string, insecure bool) error {
 	var opts []name.Option
 	if insecure {
 		opts = append(opts, name.Insecure)
@@ -186,5 +227,12 @@ func Push(img v1.Image, ref string, insecure bool) error {
 	if err != nil {
 		return err
 	}
-	return remote.Write(r, img, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	auth := remote.WithAuthFromKeychain(authn.DefaultKeychain)
+	switch a := a.(type) {
+	case v1.ImageIndex:
+		return remote.WriteIndex(r, a, auth)
+	case v1.Image:
+		return remote.Write(r, a, auth)
+	}
+	return fmt.Errorf("%T is neither an image nor an index", a)
 }

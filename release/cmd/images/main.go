@@ -9,8 +9,6 @@ import (
 	"os"
 	"strings"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"example.com/database-operator/release/images"
 	"example.com/database-operator/release/ociimage"
 )
@@ -18,9 +16,9 @@ import (
 func main() {
 	var (
 		version   = flag.String("version", "", "release version (x.y.z)")
-		manager   = flag.String("manager", "bin/manager", "static manager binary")
-		opm       = flag.String("opm", "", "opm binary for the catalog image")
-		probe     = flag.String("grpc-health-probe", "", "grpc_health_probe binary for the catalog image")
+		manager   = flag.String("manager", "amd64=bin/manager-linux-amd64,arm64=bin/manager-linux-arm64", "static manager binaries, ARCH=PATH for each of "+strings.Join(images.Platforms, ", "))
+		opm       = flag.String("opm", "", "opm binaries for the catalog image, ARCH=PATH for each platform")
+		probe     = flag.String("grpc-health-probe", "", "grpc_health_probe binaries for the catalog image, ARCH=PATH for each platform")
 		sdkTest   = flag.String("scorecard-test", "", "operator-sdk's scorecard-test binary")
 		ownTest   = flag.String("database-scorecard", "", "this project's scorecard test binary")
 		out       = flag.String("out", ".local/images", "OCI layout directory to write")
@@ -38,15 +36,23 @@ func run(version, manager, opm, probe, sdkTest, ownTest, out, push string, insec
 	if version == "" || opm == "" || probe == "" || sdkTest == "" || ownTest == "" {
 		return fmt.Errorf("-version, -opm, -grpc-health-probe, -scorecard-test and -database-scorecard are required")
 	}
-	built := map[string]v1.Image{}
-	add := func(name string, img v1.Image, err error) error {
+	builds := map[string]map[string]string{}
+	for flagName, value := range map[string]string{"manager": manager, "opm": opm, "grpc-health-probe": probe} {
+		paths, err := archPaths(value)
+		if err != nil {
+			return fmt.Errorf("-%s: %w", flagName, err)
+		}
+		builds[flagName] = paths
+	}
+	built := map[string]ociimage.Artifact{}
+	add := func(name string, img ociimage.Artifact, err error) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		built[images.Ref(name, version)] = img
 		return nil
 	}
-	m, err := images.Manager(manager, version)
+	m, err := images.Manager(builds["manager"], version)
 	if err := add("manager", m, err); err != nil {
 		return err
 	}
@@ -54,7 +60,7 @@ func run(version, manager, opm, probe, sdkTest, ownTest, out, push string, insec
 	if err := add("bundle", b, err); err != nil {
 		return err
 	}
-	c, err := images.Catalog("catalog", opm, probe, version)
+	c, err := images.Catalog("catalog", builds["opm"], builds["grpc-health-probe"], version)
 	if err := add("catalog", c, err); err != nil {
 		return err
 	}
@@ -81,4 +87,18 @@ func run(version, manager, opm, probe, sdkTest, ownTest, out, push string, insec
 		}
 	}
 	return nil
+}
+
+// archPaths reads ARCH=PATH,ARCH=PATH: a program's build for each
+// platform.
+func archPaths(value string) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, pair := range strings.Split(value, ",") {
+		arch, path, ok := strings.Cut(pair, "=")
+		if !ok || arch == "" || path == "" {
+			return nil, fmt.Errorf("%q is not ARCH=PATH", pair)
+		}
+		paths[arch] = path
+	}
+	return paths, nil
 }

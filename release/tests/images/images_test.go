@@ -10,10 +10,12 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,47 +80,157 @@ func readFile(t *testing.T, img v1.Image, path string) []byte {
 	}
 }
 
-func TestManagerImage(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "manager")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd")
-	cmd.Dir, cmd.Env = root("."), append(os.Environ(), "CGO_ENABLED=0")
+// buildManager builds the manager for linux/arch as `make build-platforms`
+// does.
+func buildManager(t *testing.T, arch string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "manager-linux-"+arch)
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", "-s -w", "-o", bin, "./cmd")
+	cmd.Dir, cmd.Env = root("."), append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the manager: %v\n%s", err, out)
+		t.Fatalf("building the manager for %s: %v\n%s", arch, err, out)
 	}
-	img, err := images.Manager(bin, version)
+	return bin
+}
+
+// TestManagerImage: the operator image is an index of a linux/amd64 and a
+// linux/arm64 image, each holding only a static /manager built for its
+// platform (read from the ELF header), non-root; the same binaries give
+// the same index digest; a registry serves it as a manifest list with both
+// platforms; a binary given for the wrong platform is refused.
+func TestManagerImage(t *testing.T) {
+	binaries := map[string]string{}
+	for _, arch := range images.Platforms {
+		binaries[arch] = buildManager(t, arch)
+	}
+	idx, err := images.Manager(binaries, version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cf, err := img.ConfigFile()
+	checkPlatforms(t, idx)
+
+	// Reproducible: the same binaries give the same digest.
+	again, err := images.Manager(binaries, version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cf.Config.User != images.NonRoot || strings.HasPrefix(cf.Config.User, "0") {
-		t.Errorf("runs as %q, want non-root %s", cf.Config.User, images.NonRoot)
-	}
-	if len(cf.Config.Entrypoint) != 1 || cf.Config.Entrypoint[0] != "/manager" || cf.OS != "linux" {
-		t.Errorf("config %+v", cf.Config)
-	}
-	fs := files(t, img)
-	if len(fs) != 1 || fs["/manager"] == nil || fs["/manager"].Mode&0o111 == 0 {
-		t.Fatalf("image files %v: want only an executable /manager (from scratch)", fs)
-	}
-	// Static: no program interpreter, so it runs on an empty base.
-	f, err := elf.NewFile(bytes.NewReader(readFile(t, img, "/manager")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Error("the manager binary is dynamically linked")
-		}
-	}
-	// Reproducible: the same binary gives the same digest.
-	again, _ := images.Manager(bin, version)
-	d1, _ := img.Digest()
+	d1, _ := idx.Digest()
 	d2, _ := again.Digest()
 	if d1 != d2 {
 		t.Errorf("two builds differ: %s, %s", d1, d2)
+	}
+
+	// Through a registry: what a cluster's runtime reads.
+	srv := httptest.NewServer(registry.New())
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/database-operator/manager:v" + version
+	if err := ociimage.Push(idx, ref, true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := remote.Get(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !desc.MediaType.IsIndex() || desc.Digest != d1 {
+		t.Fatalf("the registry serves %s %s, want the index %s", desc.MediaType, desc.Digest, d1)
+	}
+	pulled, err := desc.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlatforms(t, pulled)
+
+	// A binary for the other platform is refused, never mislabelled.
+	swapped := map[string]string{"amd64": binaries["arm64"], "arm64": binaries["amd64"]}
+	if _, err := images.Manager(swapped, version); err == nil || !strings.Contains(err.Error(), "not linux/amd64") {
+		t.Errorf("an arm64 binary given for amd64: %v, want it refused", err)
+	}
+	if _, err := images.Manager(map[string]string{"amd64": binaries["amd64"]}, version); err == nil || !strings.Contains(err.Error(), "no build of /manager for linux/arm64") {
+		t.Errorf("no arm64 binary: %v, want it refused", err)
+	}
+}
+
+// byPlatform is idx's images by architecture: one per architecture of
+// Platforms, linux, the manifest list and each image's configuration
+// agreeing.
+func byPlatform(t *testing.T, idx v1.ImageIndex) map[string]v1.Image {
+	t.Helper()
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]v1.Image{}
+	for _, d := range m.Manifests {
+		if d.Platform == nil || d.Platform.OS != "linux" {
+			t.Fatalf("manifest %s: platform %v, want linux", d.Digest, d.Platform)
+		}
+		arch := d.Platform.Architecture
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.OS != "linux" || cf.Architecture != arch {
+			t.Errorf("%s: configuration says %s/%s", arch, cf.OS, cf.Architecture)
+		}
+		out[arch] = img
+	}
+	if got := slices.Sorted(maps.Keys(out)); !slices.Equal(got, images.Platforms) || len(m.Manifests) != len(images.Platforms) {
+		t.Fatalf("the index holds %d manifests for %v, want one for each of %v", len(m.Manifests), got, images.Platforms)
+	}
+	return out
+}
+
+// checkMachine reads the ELF headers of the programs at paths in img: each
+// must be a static 64-bit binary for machine (no program interpreter, so
+// it runs on an empty base).
+func checkMachine(t *testing.T, img v1.Image, machine elf.Machine, paths ...string) {
+	t.Helper()
+	for _, path := range paths {
+		f, err := elf.NewFile(bytes.NewReader(readFile(t, img, path)))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if f.Machine != machine || f.Class != elf.ELFCLASS64 {
+			t.Errorf("%s is %s %s, want %s", path, f.Class, f.Machine, machine)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s is dynamically linked", path)
+			}
+		}
+	}
+}
+
+var machineOf = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+
+// checkPlatforms: idx holds one image per platform, each only a static,
+// non-root /manager whose ELF machine is the platform's.
+func checkPlatforms(t *testing.T, idx v1.ImageIndex) {
+	t.Helper()
+	for arch, img := range byPlatform(t, idx) {
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Config.User != images.NonRoot || strings.HasPrefix(cf.Config.User, "0") {
+			t.Errorf("%s: runs as %q, want non-root %s", arch, cf.Config.User, images.NonRoot)
+		}
+		if len(cf.Config.Entrypoint) != 1 || cf.Config.Entrypoint[0] != "/manager" {
+			t.Errorf("%s: config %+v", arch, cf.Config)
+		}
+		fs := files(t, img)
+		if len(fs) != 1 || fs["/manager"] == nil || fs["/manager"].Mode&0o111 == 0 {
+			t.Fatalf("%s: image files %v: want only an executable /manager (from scratch)", arch, fs)
+		}
+		checkMachine(t, img, machineOf[arch], "/manager")
 	}
 }
 
@@ -135,18 +247,21 @@ func TestBundleAndCatalogThroughARegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	catalog, err := images.Catalog(root("catalog"), filepath.Join(sdk, "opm"), filepath.Join(sdk, "grpc_health_probe"), version)
+	tools := func(program string) map[string]string {
+		return map[string]string{"amd64": filepath.Join(sdk, program), "arm64": filepath.Join(sdk, "linux-arm64", program)}
+	}
+	catalog, err := images.Catalog(root("catalog"), tools("opm"), tools("grpc_health_probe"), version)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bundleRef, catalogRef := host+"/database-operator/bundle:v"+version, host+"/database-operator/catalog:v"+version
-	for ref, img := range map[string]v1.Image{bundleRef: bundle, catalogRef: catalog} {
+	for ref, img := range map[string]ociimage.Artifact{bundleRef: bundle, catalogRef: catalog} {
 		if err := ociimage.Push(img, ref, true); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Also as an OCI layout, what `make images` writes.
-	if err := ociimage.WriteLayout(filepath.Join(t.TempDir(), "oci"), map[string]v1.Image{bundleRef: bundle}); err != nil {
+	if err := ociimage.WriteLayout(filepath.Join(t.TempDir(), "oci"), map[string]ociimage.Artifact{bundleRef: bundle}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -195,29 +310,43 @@ func TestBundleAndCatalogThroughARegistry(t *testing.T) {
 		t.Errorf("the image renders %v, the directory %v", got, want)
 	}
 
-	// The catalog comes back from the registry with the catalog and opm.
+	// The catalog comes back from the registry, for each platform, with
+	// the catalog, and opm and grpc_health_probe built for that platform
+	// (OLM probes catalog pods with grpc_health_probe: it must be there).
 	r, err := name.ParseReference(catalogRef, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pulled, err := remote.Image(r)
+	pulled, err := remote.Index(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	committed, _ := os.ReadFile(root("catalog/database-operator/catalog.yaml"))
-	if got := readFile(t, pulled, "/configs/database-operator/catalog.yaml"); !bytes.Equal(got, committed) {
-		t.Error("the catalog image's catalog differs from catalog/")
+	for arch, img := range byPlatform(t, pulled) {
+		if got := readFile(t, img, "/configs/database-operator/catalog.yaml"); !bytes.Equal(got, committed) {
+			t.Errorf("%s: the catalog image's catalog differs from catalog/", arch)
+		}
+		checkMachine(t, img, machineOf[arch], "/bin/opm", "/bin/grpc_health_probe")
+		cf, _ := img.ConfigFile()
+		if cf.Config.Labels["operators.operatorframework.io.index.configs.v1"] != "/configs" || cf.Config.Entrypoint[0] != "/bin/opm" {
+			t.Errorf("%s: catalog image config %+v", arch, cf.Config)
+		}
 	}
-	// OLM probes catalog pods with grpc_health_probe: it must be there.
-	if fs := files(t, pulled); fs["/bin/grpc_health_probe"] == nil || fs["/bin/opm"] == nil {
-		t.Error("the catalog image lacks /bin/opm or /bin/grpc_health_probe")
+	// The bundle: the same files and labels for each platform.
+	var layers []v1.Hash
+	for arch, img := range byPlatform(t, bundle) {
+		cf, _ := img.ConfigFile()
+		if cf.Config.Labels["operators.operatorframework.io.bundle.package.v1"] != "database-operator" {
+			t.Errorf("%s: bundle labels %v", arch, cf.Config.Labels)
+		}
+		ls, err := img.Layers()
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("%s: bundle layers %v (%v)", arch, ls, err)
+		}
+		d, _ := ls[0].Digest()
+		layers = append(layers, d)
 	}
-	cf, _ := pulled.ConfigFile()
-	if cf.Config.Labels["operators.operatorframework.io.index.configs.v1"] != "/configs" || cf.Config.Entrypoint[0] != "/bin/opm" {
-		t.Errorf("catalog image config %+v", cf.Config)
-	}
-	bcf, _ := bundle.ConfigFile()
-	if bcf.Config.Labels["operators.operatorframework.io.bundle.package.v1"] != "database-operator" {
-		t.Errorf("bundle labels %v", bcf.Config.Labels)
+	if len(layers) != 2 || layers[0] != layers[1] {
+		t.Errorf("the bundle's platforms hold different files: %v", layers)
 	}
 }
