@@ -193,7 +193,7 @@ test-integration: ## Integration tests on a real local control plane.
 
 # The API tests: schema, CEL, conversion, the webhooks, and the release
 # checks (tests/integration/compat_test.go).
-API_TESTS = TestInvalidCreatesAreRejected|TestInvalidUpdatesAreRejected|TestNameLengthIsBounded|TestInvalidBackupsAreRejected|TestConversionBothWays|TestWebhookDefaults|TestWebhookRefusals|TestWarningsAndAudit|TestStoredBeforeStorageSwitch|TestWebhookCertificateReload|TestV1alpha1WritesKeepV1Rules|TestBackupTargetsNeedSecretAccess|TestBackupTargetSecretsAreChecked|TestTheRequestedRelease|TestCELNewerThanTheServerIsRefused
+API_TESTS = TestInvalidCreatesAreRejected|TestInvalidUpdatesAreRejected|TestNameLengthIsBounded|TestInvalidBackupsAreRejected|TestConversionBothWays|TestWebhookDefaults|TestWebhookRefusals|TestWarningsAndAudit|TestStoredBeforeStorageSwitch|TestWebhookCertificateReload|TestV1alpha1WritesKeepV1Rules|TestBackupTargetsNeedSecretAccess|TestBackupTargetSecretsAreChecked|TestTheRequestedRelease|TestCELNewerThanTheServerIsRefused|TestBadSpecsRefusedThroughBothVersions
 FLOOR_VERSION = $(shell cd hack/tools/kube-floor && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Version}}' k8s.io/kubernetes)
 
 .PHONY: test-floor
@@ -215,10 +215,10 @@ bench-failover: ## Per engine, FAILOVER_RUNS times: time to a writable -rw after
 	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase)' -benchtime=$(FAILOVER_RUNS)x -timeout 60m ./tests/e2e/
 
 .PHONY: test-faults
-test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, the operator killed at each step of a failover and of a switchover (24 kills), the API server restarted during a failover, control-plane outage, switchover and rolling change under writes, spec.parameters (reload and rolling restart), synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database, an operator upgrade rolling Databases one at a time.
+test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, the operator killed at each step of a failover and of a switchover (24 kills), the API server restarted during a failover, control-plane outage, switchover and rolling change under writes, spec.parameters (reload and rolling restart), synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database, an operator upgrade rolling Databases one at a time; and the routine operations: the primary's pod deleted (and force-deleted), evicted, its node drained, scale-downs past the primary, a Database re-created over kept volumes, an interrupted failover undone, a stuck rollout, a full connection table, a crash under writes.
 	@BIN=$$(hack/build-tools.sh cluster); \
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 90m ./tests/e2e/ \
-		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime'
+		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime|TestPrimaryPod|TestPrimaryEvicted|TestScaleDown|TestRecreatedOverKeptVolumes|TestInterruptedFailoverUndone|TestStuckRollout|TestConnectionTableFull|TestCrashDurability'
 
 .PHONY: test-full
 test-full: test test-faults test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), the integration suite on the oldest supported Kubernetes.
@@ -227,7 +227,7 @@ FAULT_RUNS ?= 5
 .PHONY: bench-faults
 bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table the README keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
 	@BIN=$$(hack/build-tools.sh cluster); \
-	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring(Failover|Switchover)|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition)$$' \
+	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring(Failover|Switchover)|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition|PrimaryPodDeleted|ScaleDown)$$' \
 		-benchtime=$(FAULT_RUNS)x -timeout 600m ./tests/e2e/ | tee /tmp/dbop-bench-faults.log
 
 .PHONY: bench-backup

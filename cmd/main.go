@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string) error {
 		leaseDuration  = fs.Duration("primary-lease-duration", agent.DefaultLeaseDuration, "duration of each Database's primary Lease: a primary cut off from the API server stops taking writes after four fifths of it, and failover waits six fifths of it for a primary it cannot fence")
 		workers        = fs.Int("database-workers", controller.DefaultDatabaseWorkers, "Databases reconciled at once: a slow or hung server of one Database must not hold up another's failover")
 		rollouts       = fs.Int("max-concurrent-rollouts", controller.DefaultConcurrentRollouts, "Databases that roll a pod template change out at once: an operator upgrade changes every Database's template, and they are rolled a few at a time")
+		rolloutReady   = fs.Duration("rollout-ready-timeout", controller.DefaultRolloutReadyTimeout, "how long a rollout waits for a restarted instance to become ready before it reports the rollout stuck (RolloutStuck) and lets other Databases roll")
 	)
 	webhooks := bindWebhookFlags(fs)
 	zapOpts := zap.Options{Development: false}
@@ -138,7 +139,7 @@ func run(ctx context.Context, args []string) error {
 	opts := controller.Options{Values: controller.ValueOptions{
 		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controller.ImagesFromEnv(os.Environ()),
 		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers, PrimaryLeaseDuration: *leaseDuration,
-		ConcurrentRollouts: *rollouts}
+		ConcurrentRollouts: *rollouts, RolloutReadyTimeout: *rolloutReady}
 	// OLM names the operator's OperatorCondition in the Deployment it
 	// manages; without it (a kustomize install) there is nothing to report to.
 	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {

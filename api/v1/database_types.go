@@ -292,6 +292,10 @@ const (
 	ReasonScaling           = "Scaling"
 	ReasonRollingUpdate     = "RollingUpdate"
 	ReasonResizing          = "Resizing"
+	// ReasonRolloutStuck: an instance restarted on a new pod template did
+	// not become ready within the bound (--rollout-ready-timeout): the
+	// rollout stops there, and gives its turn to other Databases.
+	ReasonRolloutStuck = "RolloutStuck"
 	ReasonReconciled        = "Reconciled"
 	ReasonAsExpected        = "AsExpected"
 )

@@ -65,6 +65,14 @@ const DefaultLeaseDuration = 15 * time.Second
 // Lease, kept by the operator.
 const MembersAnnotation = "database.example.com/members"
 
+// MembersSeenAnnotation is the instance count the holder's agent read
+// with the Lease it last renewed. An agent that counts itself alone keeps
+// its server writable while it cannot reach the API server (nobody could
+// be promoted in its place), so after a scale-up from one instance the
+// operator does not let that holder's Lease expire into a promotion until
+// its agent has renewed knowing the new count.
+const MembersSeenAnnotation = "database.example.com/members-seen"
+
 // MaxLagAnnotation is spec.failover.maxLag on the primary Lease (absent:
 // no bound), kept by the operator: a replica further behind than that is
 // not ready, so it leaves the read-only Service, as it is not promoted.
@@ -87,6 +95,10 @@ const hungAfter = time.Minute
 // chart sets.
 type Config struct {
 	Namespace, Pod string
+	// PodUID is this pod's UID: a pod's name outlives its incarnations,
+	// and the Lease names the incarnation that holds it
+	// (HolderUIDAnnotation). Empty: not checked (unit tests).
+	PodUID string
 	// LeaseName is the Database's primary Lease (<name>-primary).
 	LeaseName string
 	Leases    coordinationclient.LeaseInterface
@@ -110,7 +122,19 @@ type Config struct {
 	PeerListen, PeerDomain, PeerToken string
 	// Command is the start script and its arguments.
 	Command []string
-	Log     logr.Logger
+	// LeaseDuration is the primary Lease's duration the pod was started
+	// with (the chart renders the operator's): the agent never uses a
+	// shorter one, whatever the Lease says later, since the operator
+	// waits for the longest any pod of the Database was started with.
+	// Zero: DefaultLeaseDuration.
+	LeaseDuration time.Duration
+	// HandoverTimeout bounds how long a stopping primary waits for a
+	// replica to receive its last writes (zero: DefaultHandoverTimeout).
+	HandoverTimeout time.Duration
+	// Open, when set, connects to the local server instead of Server
+	// (unit tests).
+	Open func(context.Context) (engine.Instance, error)
+	Log  logr.Logger
 	// Check, when set, asks the local server for its status instead of
 	// connecting to Server (unit tests).
 	Check func(context.Context) (engine.Status, error)
@@ -123,11 +147,18 @@ type Agent struct {
 	peerAddr func(peer string) string
 
 	mu sync.Mutex
-	// Lease, as last read.
-	holder   string
-	duration time.Duration
-	members  int
-	maxLag   int64 // -1: no bound
+	// Lease, as last read: its holder (pod name, and the UID of the
+	// incarnation named, if any), duration, the instance count, the lag
+	// bound and whether the operator fails over.
+	holder, holderUID string
+	duration          time.Duration
+	members           int
+	maxLag            int64 // -1: no bound
+	failover          bool
+	// incarnation: the Lease version this pod's earlier incarnation was
+	// last seen to hold, and when (this agent's clock).
+	incarnationVersion string
+	incarnationSeen    time.Time
 	// The failsafe: the primary this member last confirmed and until when
 	// (duration plus margin), and whether the operator is promoting it.
 	confirmedFor   string
@@ -149,10 +180,20 @@ type Agent struct {
 	running  bool
 	child    *exec.Cmd
 	demoted  bool
+	// stopping: the pod is stopping (a handover may be under way).
+	stopping bool
+	// busy: the server's last answer refused a session for a full
+	// connection table.
+	busy bool
 }
 
 // New makes an agent.
-func New(cfg Config) *Agent { return &Agent{cfg: cfg, duration: DefaultLeaseDuration, maxLag: -1} }
+func New(cfg Config) *Agent {
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	return &Agent{cfg: cfg, duration: cfg.LeaseDuration, maxLag: -1}
+}
 
 // Run supervises the server until ctx ends (the pod stops: the server gets
 // the same signal) or the server exits on its own (the agent returns its
@@ -181,7 +222,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer peers.Close()
 	}
 
-	loops, stop := context.WithCancel(ctx)
+	// The loops outlive the pod's stop signal: the Lease is renewed and the
+	// guard watches the server until the server has stopped (a handover
+	// may take a while).
+	loops, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	if err := becomeSubreaper(); err != nil {
 		a.cfg.Log.Info("orphaned processes go to PID 1, not the agent", "error", err.Error())
@@ -204,6 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Unlock()
 		switch {
 		case ctx.Err() != nil:
+			a.afterStop(loops)
 			return nil
 		case demoted:
 			// It may hold writes the new primary lacks: it starts fenced,
@@ -226,7 +271,15 @@ func (a *Agent) startAs(ctx context.Context) (string, error) {
 	for {
 		l, err := a.getLease(ctx)
 		switch {
-		case err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity == a.cfg.Pod:
+		case err == nil && holderOf(l) == a.cfg.Pod && !a.holds():
+			// An earlier incarnation of this pod holds it (deleted without a
+			// grace period: it may still run on a node that lost the API
+			// server): take it over only once that holder's renewal has
+			// expired.
+			if a.incarnationExpired(l) && a.renew(ctx, l, time.Now(), true) {
+				return a.cfg.Pod, nil
+			}
+		case err == nil && holderOf(l) == a.cfg.Pod:
 			if a.renew(ctx, l, time.Now(), true) {
 				return a.cfg.Pod, nil
 			}
@@ -254,6 +307,36 @@ func errString(err error) string {
 	return err.Error()
 }
 
+// incarnationExpired: the Lease version l (held by another incarnation of
+// this pod) has not changed for the Lease's duration plus the margin, by
+// this agent's clock, as the operator waits before it moves a Lease.
+func (a *Agent) incarnationExpired(l *coordinationv1.Lease) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if l.ResourceVersion != a.incarnationVersion || a.incarnationSeen.IsZero() {
+		a.incarnationVersion, a.incarnationSeen = l.ResourceVersion, now
+		a.cfg.Log.Info("the primary Lease names another incarnation of this pod: waiting for it to expire before taking it",
+			"holderUID", a.holderUID, "version", l.ResourceVersion)
+	}
+	return now.Sub(a.incarnationSeen) > a.duration+Margin(a.duration)
+}
+
+// adopting: the topology says the instances start on volumes kept from an
+// earlier Database and names no primary yet (see the operator's
+// database_adopt.go): a replica then replicates from nobody, and is ready
+// as long as it answers.
+func (a *Agent) adopting() bool {
+	if a.cfg.TopologyDir == "" {
+		return false
+	}
+	if _, err := os.Stat(filepath.Join(a.cfg.TopologyDir, "adopt")); err != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(a.cfg.TopologyDir, "primary"))
+	return err != nil || strings.TrimSpace(string(b)) == ""
+}
+
 // serverPid is the server's process (the start script's, which execs it), 0 when none runs.
 func (a *Agent) serverPid() int {
 	a.mu.Lock()
@@ -265,10 +348,14 @@ func (a *Agent) serverPid() int {
 }
 
 // topologyPrimary is the mounted topology's primary; instance 0 before the
-// operator wrote one (as the start scripts read it).
+// operator wrote one (as the start scripts read it); none while the
+// instances start on kept volumes and no primary is chosen yet.
 func (a *Agent) topologyPrimary() string {
 	if b, err := os.ReadFile(filepath.Join(a.cfg.TopologyDir, "primary")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		return strings.TrimSpace(string(b))
+	}
+	if a.adopting() {
+		return ""
 	}
 	i := strings.LastIndex(a.cfg.Pod, "-")
 	if i < 0 {
@@ -308,10 +395,11 @@ func (a *Agent) runServer(ctx context.Context, primary string, fenced bool) erro
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		// The pod is stopping: the server shuts down as it would have as
-		// the container's own process.
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		err = <-done
+		// The pod is stopping: a primary hands its role over first (see
+		// handover.go), then the server stops at once.
+		err = a.stopServer(context.WithoutCancel(ctx), func() {
+			_ = cmd.Process.Signal(engine.ProfileOf(a.cfg.Engine).StopSignal)
+		}, done)
 	}
 	a.mu.Lock()
 	a.running, a.child, a.writable = false, nil, false
@@ -327,10 +415,7 @@ func (a *Agent) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
 		return nil, err
 	}
 	a.mu.Lock()
-	a.holder = ""
-	if l.Spec.HolderIdentity != nil {
-		a.holder = *l.Spec.HolderIdentity
-	}
+	a.holder, a.holderUID = holderOf(l), l.Annotations[HolderUIDAnnotation]
 	if n, err := strconv.Atoi(l.Annotations[MembersAnnotation]); err == nil {
 		a.members = n
 	}
@@ -338,10 +423,14 @@ func (a *Agent) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	if n, err := strconv.ParseInt(l.Annotations[MaxLagAnnotation], 10, 64); err == nil && n >= 0 {
 		a.maxLag = n
 	}
-	if s := l.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+	a.failover = l.Annotations[FailoverAnnotation] == "enabled"
+	a.duration = a.cfg.LeaseDuration
+	if s := l.Spec.LeaseDurationSeconds; s != nil && time.Duration(*s)*time.Second > a.duration {
+		// Never shorter than the pod started with: the operator waits for
+		// the longest of the two (a shorter one on the Lease is ignored).
 		a.duration = time.Duration(*s) * time.Second
 	}
-	if a.holder != a.cfg.Pod {
+	if !a.holdsLocked() {
 		a.validUntil = time.Time{}
 		// The Lease is another's: confirm whoever holds it from now on
 		// (a promotion that was announced did not make this pod primary).
@@ -364,6 +453,15 @@ func (a *Agent) renew(ctx context.Context, l *coordinationv1.Lease, start time.T
 	defer cancel()
 	l = l.DeepCopy()
 	l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	if a.cfg.PodUID != "" {
+		l.Annotations[HolderUIDAnnotation] = a.cfg.PodUID
+	}
+	a.mu.Lock()
+	l.Annotations[MembersSeenAnnotation] = strconv.Itoa(a.members)
+	a.mu.Unlock()
 	if _, err := a.cfg.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		a.cfg.Log.Info("renewing the primary Lease failed", "error", err.Error())
 		return false
@@ -434,7 +532,13 @@ func (a *Agent) isAlone() bool {
 func (a *Agent) holds() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.holder == a.cfg.Pod
+	return a.holdsLocked()
+}
+
+// holdsLocked: the Lease names this pod, and this incarnation of it when
+// it names one.
+func (a *Agent) holdsLocked() bool {
+	return a.holder == a.cfg.Pod && (a.holderUID == "" || a.cfg.PodUID == "" || a.holderUID == a.cfg.PodUID)
 }
 
 // checkLoop asks the local server, every second, whether it answers and
@@ -451,7 +555,17 @@ func (a *Agent) checkLoop(ctx context.Context) {
 		if running {
 			st, err := check(ctx)
 			a.mu.Lock()
-			if err == nil {
+			if engine.TooManyConnections(err) {
+				// The server answered, refusing the session: it is alive and
+				// its role is as last seen. A full connection table must not
+				// look like a hung server and stop a healthy primary.
+				a.answered = time.Now()
+				if !a.busy {
+					a.cfg.Log.Info("the server refuses new sessions (its connection table is full); it counts as answering", "error", err.Error())
+				}
+				a.busy = true
+			} else if err == nil {
+				a.busy = false
 				now := time.Now()
 				if !a.everAnswered || !a.replica {
 					a.streamed = now // the grace starts with the first answer as a replica
@@ -492,18 +606,7 @@ type localServer struct {
 const reloadRetry = 30 * time.Second
 
 func (l *localServer) status(ctx context.Context) (engine.Status, error) {
-	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second}
-	if l.cfg.TLSDir != "" {
-		// Read each time: the kubelet swaps the files when the CA changes.
-		ca, err := os.ReadFile(filepath.Join(l.cfg.TLSDir, "ca.crt"))
-		if err != nil {
-			return engine.Status{}, fmt.Errorf("reading the CA bundle: %w", err)
-		}
-		if opts.TLS, err = engine.VerifyTLS(ca, ""); err != nil {
-			return engine.Status{}, fmt.Errorf("%s: %w", filepath.Join(l.cfg.TLSDir, "ca.crt"), err)
-		}
-	}
-	inst, err := engine.Open(ctx, l.cfg.Engine, l.cfg.Server, l.cfg.Superuser, opts)
+	inst, err := openLocal(ctx, l.cfg)
 	if err != nil {
 		return engine.Status{}, err
 	}
@@ -511,6 +614,29 @@ func (l *localServer) status(ctx context.Context) (engine.Status, error) {
 	l.reloadRenewed(ctx, inst)
 	return inst.Status(ctx)
 }
+
+// openLocal connects to the local server as the superuser, over TLS
+// verified with the mounted CA when there is one (Config.Open instead,
+// when set).
+func openLocal(ctx context.Context, cfg Config) (engine.Instance, error) {
+	if cfg.Open != nil {
+		return cfg.Open(ctx)
+	}
+	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second}
+	if cfg.TLSDir != "" {
+		// Read each time: the kubelet swaps the files when the CA changes.
+		ca, err := os.ReadFile(filepath.Join(cfg.TLSDir, "ca.crt"))
+		if err != nil {
+			return nil, fmt.Errorf("reading the CA bundle: %w", err)
+		}
+		if opts.TLS, err = engine.VerifyTLS(ca, ""); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(cfg.TLSDir, "ca.crt"), err)
+		}
+	}
+	return engine.Open(ctx, cfg.Engine, cfg.Server, cfg.Superuser, opts)
+}
+
+func (a *Agent) openLocal(ctx context.Context) (engine.Instance, error) { return openLocal(ctx, a.cfg) }
 
 // reloadRenewed has the server load its certificate and key again when
 // the files changed since it last did: the operator renews them in the
@@ -599,14 +725,17 @@ func (a *Agent) guardLoop(ctx context.Context) {
 // recovery at the next start loses nothing it acknowledged.
 func (a *Agent) demote() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if !a.running || a.child == nil || a.demoted {
+		a.mu.Unlock()
 		return
 	}
-	a.cfg.Log.Error(errors.New("primary Lease not held"), "stopping the server: it may take writes and this agent cannot prove it holds the primary Lease",
-		"lease", a.cfg.LeaseName, "holder", a.holder, "validUntil", a.validUntil.Format(time.RFC3339Nano))
 	a.demoted = true
+	// The kill first: a log line (a slow or full output) must not delay it.
 	_ = syscall.Kill(-a.child.Process.Pid, syscall.SIGKILL)
+	holder, validUntil := a.holder, a.validUntil
+	a.mu.Unlock()
+	a.cfg.Log.Error(errors.New("primary Lease not held"), "stopped the server: it may take writes and this agent cannot prove it holds the primary Lease",
+		"lease", a.cfg.LeaseName, "holder", holder, "validUntil", validUntil.Format(time.RFC3339Nano))
 }
 
 // probes serves /livez (the agent runs) and /readyz (the server can serve
@@ -644,17 +773,20 @@ func (a *Agent) notLive() string {
 }
 
 func (a *Agent) notReady() string {
+	adopting := a.adopting()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
 	switch {
+	case a.stopping:
+		return "the pod is stopping"
 	case !a.running:
 		return "the server is not running"
 	case !a.everAnswered || now.Sub(a.answered) > 3*checkInterval:
 		return "the server does not answer"
 	case a.writable && now.After(a.validUntil):
 		return "the server takes writes without the primary Lease"
-	case a.replica && now.Sub(a.streamed) > replicationGrace:
+	case a.replica && !adopting && now.Sub(a.streamed) > replicationGrace:
 		return fmt.Sprintf("the replica has not replicated for %s", now.Sub(a.streamed).Round(time.Second))
 	case a.replica && a.maxLag >= 0 && a.behind > a.maxLag:
 		return fmt.Sprintf("the replica is %d behind what it received, beyond spec.failover.maxLag %d", a.behind, a.maxLag)

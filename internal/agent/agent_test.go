@@ -74,7 +74,7 @@ func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool, opt
 	h.answers.Store(true)
 	cfg := Config{
 		Namespace: "ns", Pod: pod, LeaseName: "db-primary", Leases: h.cs.CoordinationV1().Leases("ns"),
-		TopologyDir: h.dir, Listen: "127.0.0.1:0",
+		TopologyDir: h.dir, Listen: "127.0.0.1:0", LeaseDuration: time.Second,
 		Command: []string{"sh", "-c", `echo "$AGENT_PRIMARY${AGENT_FENCED:+ $AGENT_FENCED}" >>"$0"; exec sleep 600`, filepath.Join(h.dir, "starts")},
 		Log:     testr.New(t),
 		Check: func(ctx context.Context) (engine.Status, error) {

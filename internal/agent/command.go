@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -24,7 +25,8 @@ const DefaultListen = "127.0.0.1:8010"
 // Command runs "agent [flags] -- START-SCRIPT [ARGS...]" and
 // "agent probe /livez|/readyz". The rest comes from the environment the
 // chart sets: POD_NAME, POD_NAMESPACE, AGENT_LEASE, AGENT_ENGINE,
-// AGENT_PORT, TOPOLOGY_DIR, PEER_DOMAIN, REPLICATION_PASSWORD (from which
+// AGENT_PORT, AGENT_LEASE_DURATION and AGENT_HANDOVER_TIMEOUT (Go
+// durations; optional), POD_UID, TOPOLOGY_DIR, PEER_DOMAIN, REPLICATION_PASSWORD (from which
 // the peer channel's token derives) and the superuser's credentials
 // (POSTGRES_USER/POSTGRES_PASSWORD, or root and ROOT_PASSWORD).
 func Command(ctx context.Context, args []string, logw io.Writer) error {
@@ -66,6 +68,14 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		return fmt.Errorf("AGENT_PORT: %w", err)
 	}
 	cfg.Server = engine.Endpoint{Host: "127.0.0.1", Port: port}
+	cfg.PodUID = os.Getenv("POD_UID")
+	for k, dst := range map[string]*time.Duration{"AGENT_LEASE_DURATION": &cfg.LeaseDuration, "AGENT_HANDOVER_TIMEOUT": &cfg.HandoverTimeout} {
+		if v := os.Getenv(k); v != "" {
+			if *dst, err = time.ParseDuration(v); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+	}
 	cfg.TLSDir = os.Getenv("TLS_DIR")
 	if cfg.Engine == dbv1.EnginePostgreSQL {
 		cfg.Superuser = engine.Credentials{User: os.Getenv("POSTGRES_USER"), Password: os.Getenv("POSTGRES_PASSWORD")}

@@ -71,6 +71,7 @@ func (a *Agent) peerHandler() http.Handler {
 		}
 		fmt.Fprintln(w, "confirmed")
 	})
+	mux.HandleFunc("GET /v1/status", a.serveStatus)
 	mux.HandleFunc("POST /v1/promoting", func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
@@ -163,23 +164,31 @@ func (a *Agent) failsafe(ctx context.Context) bool {
 }
 
 func (a *Agent) askPeer(ctx context.Context, peer string) error {
+	addr, cfg, err := a.peerTarget(peer)
+	if err != nil {
+		return err
+	}
+	return call(ctx, http.MethodPost, "/v1/confirm?primary="+a.cfg.Pod, addr, a.cfg.PeerToken, cfg, nil)
+}
+
+// peerTarget is where a member's peer channel is, and the TLS
+// configuration that verifies it (nil: plain HTTP, no certificate).
+func (a *Agent) peerTarget(peer string) (string, *tls.Config, error) {
 	host := peer + "." + a.cfg.PeerDomain
 	addr := net.JoinHostPort(host, strconv.Itoa(PeerPort))
 	if a.peerAddr != nil {
 		addr = a.peerAddr(peer)
 	}
-	var cfg *tls.Config
-	if a.cfg.TLSDir != "" {
-		// The peer's certificate names it under the headless Service.
-		ca, err := os.ReadFile(filepath.Join(a.cfg.TLSDir, "ca.crt"))
-		if err != nil {
-			return fmt.Errorf("reading the CA bundle: %w", err)
-		}
-		if cfg, err = engine.VerifyTLS(ca, host); err != nil {
-			return err
-		}
+	if a.cfg.TLSDir == "" {
+		return addr, nil, nil
 	}
-	return call(ctx, http.MethodPost, "/v1/confirm?primary="+a.cfg.Pod, addr, a.cfg.PeerToken, cfg, nil)
+	// The peer's certificate names it under the headless Service.
+	ca, err := os.ReadFile(filepath.Join(a.cfg.TLSDir, "ca.crt"))
+	if err != nil {
+		return "", nil, fmt.Errorf("reading the CA bundle: %w", err)
+	}
+	cfg, err := engine.VerifyTLS(ca, host)
+	return addr, cfg, err
 }
 
 // AskPromoting tells the member at addr (host:port of its peer channel)

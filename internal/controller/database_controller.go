@@ -45,6 +45,10 @@ type DatabaseReconciler struct {
 	// Rollouts bounds how many Databases roll a template change out at
 	// once (nil: no bound).
 	Rollouts *RolloutSlots
+	// RolloutReadyTimeout bounds how long a rollout waits for a restarted
+	// instance to become ready before it reports the rollout stuck and
+	// gives its slot up (zero: DefaultRolloutReadyTimeout).
+	RolloutReadyTimeout time.Duration
 	// Now is the clock (tests move it); nil means time.Now.
 	Now func() time.Time
 	// BackupMetrics get their gauges from each Database's Backups.
@@ -127,15 +131,22 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		// Not a gate: a certificate that cannot be renewed now must not hold
 		// up a failover. A new Database's pods wait for the Secret to exist.
 		{"Certificates", r.reconcileCertificates, false},
+		// Before Apply: a new Database over kept volumes names no primary
+		// before its pods start.
+		{"KeptVolumes", r.reconcileKeptVolumes, true},
 		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
 		{"Observe", r.observeStatefulSet, true},
+		// Until it chose the primary among kept volumes, nothing after runs.
+		{"Adopt", r.reconcileAdopt, true},
 		// Before anything acts on status.currentPrimary.
 		{"PrimaryRecord", r.reconcilePrimaryRecord, true},
 		{"Lease", r.reconcileLease, true},
 		{"Failover", r.reconcileFailover, true},
 		// Before Switchover: it may ask for one, to restart the primary.
 		{"Rollout", r.reconcileRollout, false},
+		// Before the StatefulSet shrinks past the primary: moves it.
+		{"ScaleDown", r.reconcileScaleDown, false},
 		{"Switchover", r.reconcileSwitchover, true},
 		{"Rejoin", r.reconcileRejoin, false},
 		{"Topology", r.reconcileTopology, false},
@@ -150,6 +161,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			if p.gate {
 				break
 			}
+		}
+		if obs.halt {
+			break
 		}
 	}
 	if obs.statefulSet == nil && obs.failedPhase != "" {
@@ -171,9 +185,6 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	r.verifyPrimary(ctx, db, obs)
 
 	st := computeStatus(db, obs)
-	if obs.waiting != "" {
-		obs.requeueWithin(time.Second)
-	}
 	r.reportPhase(db, st.Phase)
 	if err := r.writeStatus(ctx, db, st); err != nil {
 		if !apierrors.IsConflict(err) {
@@ -227,7 +238,7 @@ func (r *DatabaseReconciler) reconcileObjects(ctx context.Context, db *dbv1.Data
 	if replacing {
 		// The orphaned StatefulSet is still going away; its deletion event
 		// brings the next reconcile, which creates the new one.
-		obs.waiting = "replacing the StatefulSet to grow the volumes"
+		obs.wait(dbv1.ReasonResizing, "replacing the StatefulSet to grow the volumes")
 		return nil
 	}
 	applied, err := r.applyObjects(ctx, desired)

@@ -8,11 +8,15 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -47,8 +51,21 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		return err
 	}
 	primary := db.Status.CurrentPrimary
+	lease, err := r.primaryLease(ctx, db)
+	if err != nil {
+		return err
+	}
+	if holder := holderOf(lease); lease != nil && holder != "" && holder != primary {
+		return r.resumeInterrupted(ctx, db, obs, pods, holder)
+	}
+	// A stopping primary's agent released the Lease once its server was
+	// fenced and a replica had all it wrote: promote at once.
+	var handover *agent.Handover
+	if h, ok := agent.ParseHandover(lease); ok && lease != nil && holderOf(lease) == "" {
+		handover = &h
+	}
 	primaryPod := podNamed(pods, primary)
-	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
+	if handover == nil && primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
 		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
 		if db.Spec.Failover.MaxLag != nil {
 			r.samplePrimary(ctx, db, primaryPod, obs)
@@ -62,6 +79,12 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	if stillWritable(ctx, obs, primaryPod) {
 		return nil // the pod is unready but the server still serves writes
 	}
+	if handover != nil {
+		r.event(db, corev1.EventTypeNormal, "PlannedHandover", "Failover",
+			"Primary %s is stopping and handed its role over: fenced at %s, which %s received; promoting a replica at once",
+			handover.From, handover.Position, handover.Replica)
+		return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{handover: handover})
+	}
 
 	now := r.now()
 	since := db.Status.PrimaryUnhealthySince
@@ -69,13 +92,40 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		since = &metav1.Time{Time: now}
 		r.event(db, corev1.EventTypeWarning, "PrimaryUnhealthy", "Failover",
 			"Primary %s is not ready and does not answer; failover in %s unless it recovers", primary, failoverDelay(db))
+		if h, ok := agent.ParseHandover(lease); ok && h.From == primary && !h.Released {
+			r.event(db, corev1.EventTypeWarning, "PlannedHandoverIncomplete", "Failover",
+				"Primary %s is stopping and stopped fenced at %s, but did not hand its role over (%s): the failover rules apply once its Lease has expired",
+				primary, h.Position, h.Reason)
+		}
 	}
 	obs.primaryUnhealthySince = since
 	if wait := failoverDelay(db) - now.Sub(since.Time); wait > 0 {
 		obs.requeueWithin(wait)
 		return nil
 	}
-	return r.failover(ctx, db, obs, pods, primaryPod, repl)
+	return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{})
+}
+
+// primaryLease is the Database's primary Lease from the cache (nil when
+// there is none yet).
+func (r *DatabaseReconciler) primaryLease(ctx context.Context, db *dbv1.Database) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the primary Lease: %w", err)
+	}
+	return l, nil
+}
+
+// failoverPlan is what a failover knows before its survey: the stopping
+// primary's handover record (promote at once a replica that received its
+// last position), or the candidate an interrupted procedure had chosen.
+type failoverPlan struct {
+	handover *agent.Handover
+	resume   string
 }
 
 // failoverEnabled: db has replicas to fail over to and spec.failover does
@@ -113,6 +163,7 @@ type failoverRun struct {
 	pods       []corev1.Pod
 	repl       engine.Credentials
 
+	plan        failoverPlan
 	cands       []candidate
 	unreachable []string
 	best        candidate
@@ -128,11 +179,11 @@ type failoverRun struct {
 // the record a step may wait (the Lease of an unreachable primary has not
 // expired) and the next reconcile starts again from the survey; from the
 // record on it only rolls forward.
-func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, repl engine.Credentials) error {
+func (r *DatabaseReconciler) failover(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, primaryPod *corev1.Pod, repl engine.Credentials, plan failoverPlan) error {
 	// Sort a copy: primaryPod points into the caller's slice.
 	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	f := &failoverRun{r: r, db: db, obs: obs, primary: db.Status.CurrentPrimary, primaryPod: primaryPod, pods: pods, repl: repl}
+	f := &failoverRun{r: r, db: db, obs: obs, primary: db.Status.CurrentPrimary, primaryPod: primaryPod, pods: pods, repl: repl, plan: plan}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("primary", f.primary))
 	_, err := r.runSteps(ctx, db, obs, "Failover", []haStep{
 		{name: "ReplicasSurveyed", run: func() (stepOutcome, error) { return f.survey(ctx) }},
@@ -200,7 +251,18 @@ func (f *failoverRun) choose(ctx context.Context) (stepOutcome, error) {
 			bound = &lagBound{primary: last, max: *f.db.Spec.Failover.MaxLag}
 		}
 	}
-	best, why, err := chooseCandidate(f.cands, bound)
+	if c, ok := f.planned(); ok {
+		f.best, f.why = c, fmt.Sprintf("%s, as the interrupted procedure chose (the primary Lease names it)", c.pod.Name)
+		return done(f.why), nil
+	}
+	cands := f.cands
+	if h := f.plan.handover; h != nil {
+		var wait time.Duration
+		if cands, wait = f.holdingHandover(); wait > 0 {
+			return stepOutcome{did: fmt.Sprintf("no reachable replica holds %s's last position %s yet", f.primary, h.Position), wait: wait}, nil
+		}
+	}
+	best, why, err := chooseCandidate(cands, bound)
 	if err != nil {
 		if bound != nil {
 			f.obs.requeueWithin(primarySampleInterval)
@@ -211,6 +273,49 @@ func (f *failoverRun) choose(ctx context.Context) (stepOutcome, error) {
 	return done(why), nil
 }
 
+// planned is the candidate an interrupted failover or switchover chose
+// (the Lease's holder), when it answers as a replica.
+func (f *failoverRun) planned() (candidate, bool) {
+	for _, c := range f.cands {
+		if f.plan.resume != "" && c.pod.Name == f.plan.resume && c.status.Role == engine.RoleReplica {
+			return c, true
+		}
+	}
+	return candidate{}, false
+}
+
+// handoverWait is how long after a planned handover the failover waits
+// for a replica that holds the stopping primary's last position to answer
+// (the one that did may be restarting) before it chooses among the others.
+const handoverWait = 30 * time.Second
+
+// holdingHandover are the candidates that received everything the
+// stopping primary wrote. None answering yet: wait, within handoverWait of
+// the handover; after that, every candidate (the failover rules), with an
+// Event: what the others lack is kept on the old primary's volume.
+func (f *failoverRun) holdingHandover() ([]candidate, time.Duration) {
+	h := f.plan.handover
+	var holding []candidate
+	for _, c := range f.cands {
+		if c.status.Role != engine.RoleReplica {
+			continue
+		}
+		if cmp, err := c.inst.Compare(c.status.Received, h.Position); err == nil && cmp >= 0 {
+			holding = append(holding, c)
+		}
+	}
+	if len(holding) > 0 {
+		return holding, 0
+	}
+	if left := time.Until(h.At.Add(handoverWait)); left > 0 {
+		return nil, min(left, time.Second)
+	}
+	f.r.event(f.db, corev1.EventTypeWarning, "PlannedHandoverIncomplete", "Failover",
+		"No reachable replica holds %s's last position %s (%s received it) %s after its handover: choosing among the others; what they lack stays on %s's volume",
+		f.primary, h.Position, h.Replica, handoverWait, f.primary)
+	return f.cands, 0
+}
+
 // fence stops what may still run of the old primary, so it takes no write
 // once another is promoted, and lets the candidate catch up with it.
 // Unreachable is the usual case: then its agent, unable to renew the
@@ -218,6 +323,11 @@ func (f *failoverRun) choose(ctx context.Context) (stepOutcome, error) {
 func (f *failoverRun) fence(ctx context.Context) (stepOutcome, error) {
 	if f.primaryPod == nil {
 		return done(fmt.Sprintf("%s has no pod: nothing to fence", f.primary)), nil
+	}
+	if h := f.plan.handover; h != nil {
+		// Its agent fenced it before it released the Lease; its server may
+		// be shutting down by now.
+		return done(fmt.Sprintf("%s was fenced by its agent at %s before it released the primary Lease", f.primary, h.Position)), nil
 	}
 	inst, err := f.obs.instances.get(ctx, f.primaryPod)
 	if err != nil {
@@ -235,7 +345,11 @@ func (f *failoverRun) fence(ctx context.Context) (stepOutcome, error) {
 // takeLease hands the primary Lease to the candidate: at once when the
 // old primary is fenced, otherwise once the old holder's Lease expired.
 func (f *failoverRun) takeLease(ctx context.Context) (stepOutcome, error) {
-	left, err := f.r.takeLease(ctx, f.db, f.best.pod.Name, f.fenced)
+	var fenced *corev1.Pod
+	if f.fenced {
+		fenced = f.primaryPod
+	}
+	left, err := f.r.takeLease(ctx, f.db, f.pods, f.best.pod, fenced)
 	if err != nil {
 		return stepOutcome{}, err
 	}
@@ -264,10 +378,14 @@ func (f *failoverRun) clearFailsafe(ctx context.Context) (stepOutcome, error) {
 func (f *failoverRun) record(ctx context.Context) (stepOutcome, error) {
 	to := f.best.pod.Name
 	f.r.event(f.db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", f.primary, to, f.why)
-	rec := &dbv1.FailoverRecord{
-		Time: metav1.Time{Time: f.r.now()}, From: f.primary, To: to,
-		Reason: fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(f.db), f.why),
+	reason := fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(f.db), f.why)
+	switch {
+	case f.plan.handover != nil:
+		reason = fmt.Sprintf("planned handover: %s's pod is stopping, fenced at %s; %s", f.primary, f.plan.handover.Position, f.why)
+	case f.plan.resume != "":
+		reason = fmt.Sprintf("resumed: the primary Lease had moved to %s before the record did; %s", f.plan.resume, f.why)
 	}
+	rec := &dbv1.FailoverRecord{Time: metav1.Time{Time: f.r.now()}, From: f.primary, To: to, Reason: reason}
 	if err := f.r.recordFailover(ctx, f.db, rec); err != nil {
 		return stepOutcome{}, fmt.Errorf("recording %s as the primary before promoting it: %w", to, err)
 	}

@@ -94,28 +94,44 @@ func (c *leaseClock) firstSeen(l *coordinationv1.Lease, now time.Time) time.Time
 }
 
 // sightings is a watch handler that records every primary Lease version
-// as it arrives, and asks for no reconcile.
+// as it arrives. A renewal asks for no reconcile; a Lease that changed
+// hands or was released by a stopping primary (its planned handover) does:
+// the operator promotes at once.
 func (c *leaseClock) sightings() handler.EventHandler {
-	see := func(o client.Object) {
+	see := func(o client.Object) *coordinationv1.Lease {
 		if l, ok := o.(*coordinationv1.Lease); ok && l.Labels[labelName] == chartName {
 			c.firstSeen(l, time.Now())
+			return l
 		}
+		return nil
 	}
 	return handler.Funcs{
 		CreateFunc: func(_ context.Context, e event.CreateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			see(e.Object)
 		},
-		UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			see(e.ObjectNew)
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			l := see(e.ObjectNew)
+			old, ok := e.ObjectOld.(*coordinationv1.Lease)
+			if l == nil || !ok || l.Labels[labelInstance] == "" {
+				return
+			}
+			if holderOf(old) != holderOf(l) || old.Annotations[agent.HandoverAnnotation] != l.Annotations[agent.HandoverAnnotation] {
+				q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Labels[labelInstance]}})
+			}
 		},
 	}
 }
 
 func holderOf(l *coordinationv1.Lease) string {
-	if l.Spec.HolderIdentity == nil {
+	if l == nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// holderUID is the incarnation of the holder the Lease names ("": any).
+func holderUID(l *coordinationv1.Lease) types.UID {
+	return types.UID(l.Annotations[agent.HolderUIDAnnotation])
 }
 
 // reconcileLease makes the primary Lease exist, naming the recorded
@@ -125,19 +141,26 @@ func holderOf(l *coordinationv1.Lease) string {
 func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	l := &coordinationv1.Lease{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l)
-	members := strconv.Itoa(int(max(db.Spec.Replicas, 1)))
+	members := strconv.Itoa(int(instanceCount(db, obs)))
 	maxLag := "" // no bound: no annotation
 	if m := db.Spec.Failover.MaxLag; m != nil {
 		maxLag = strconv.FormatInt(*m, 10)
+	}
+	failover := "disabled"
+	if failoverEnabled(db) {
+		failover = "enabled"
 	}
 	seconds := int32(r.leaseDuration() / time.Second)
 	if apierrors.IsNotFound(err) {
 		now := metav1.NewMicroTime(r.now())
 		l = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: leaseLabels(db),
-				Annotations: leaseAnnotations(nil, members, maxLag)},
+				Annotations: leaseAnnotations(nil, members, maxLag, failover)},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(primaryName(db, obs)), LeaseDurationSeconds: &seconds,
 				AcquireTime: &now, RenewTime: &now},
+		}
+		if adopting(db, obs) {
+			l.Spec.HolderIdentity = nil // nobody takes writes before the primary is chosen
 		}
 		if err := controllerutil.SetControllerReference(db, l, r.Scheme); err != nil {
 			return err
@@ -168,7 +191,7 @@ func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Databa
 	if err != nil {
 		return fmt.Errorf("reading the primary Lease: %w", err)
 	}
-	want := leaseAnnotations(l.Annotations, members, maxLag)
+	want := leaseAnnotations(l.Annotations, members, maxLag, failover)
 	if maps.Equal(l.Annotations, want) && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) == seconds {
 		return nil
 	}
@@ -180,14 +203,28 @@ func (r *DatabaseReconciler) reconcileLease(ctx context.Context, db *dbv1.Databa
 	return nil
 }
 
+// instanceCount is how many instances the Database has or is about to
+// have: what its spec asks for and what its StatefulSet runs, whichever
+// is more (a scale-down keeps the primary's instance until it moved).
+func instanceCount(db *dbv1.Database, obs *observed) int32 {
+	n := instancesToRun(db)
+	if sts := obs.statefulSet; sts != nil {
+		n = max(n, ptr.Deref(sts.Spec.Replicas, 0), sts.Status.Replicas)
+	}
+	return n
+}
+
 // leaseAnnotations are a Lease's annotations with what the agents read
-// from it: the instance count and spec.failover.maxLag (absent: no bound).
-func leaseAnnotations(have map[string]string, members, maxLag string) map[string]string {
+// from it: the instance count, spec.failover.maxLag (absent: no bound) and
+// whether a replica is promoted when the primary fails (a stopping primary
+// releases the Lease only then).
+func leaseAnnotations(have map[string]string, members, maxLag, failover string) map[string]string {
 	out := maps.Clone(have)
 	if out == nil {
 		out = map[string]string{}
 	}
 	out[agent.MembersAnnotation] = members
+	out[agent.FailoverAnnotation] = failover
 	delete(out, agent.MaxLagAnnotation)
 	if maxLag != "" {
 		out[agent.MaxLagAnnotation] = maxLag
@@ -196,36 +233,81 @@ func leaseAnnotations(have map[string]string, members, maxLag string) map[string
 }
 
 // takeLease hands the primary Lease to pod before it is promoted. It does
-// so at once when the Lease is free, already pod's, or its holder's server
-// was just fenced (fenced: it takes no writes, whatever its agent does);
-// otherwise only once the Lease has expired, and until then it returns how
-// long is left. The write is conditional on the version read: a holder
-// that renewed meanwhile keeps the Lease.
-func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, pod string, fenced bool) (time.Duration, error) {
+// so at once when the Lease is free (released by a stopping primary's
+// agent, once its server was fenced), already this pod's, or names the
+// incarnation of a pod whose server was just seen taking no writes
+// (quiet: that pod, nil for none: fenced, or a read-only replica);
+// otherwise only once the Lease has expired, and until then it returns
+// how long is left. A pod's name outlives its incarnations: a fence of a
+// pod's new incarnation says nothing of an older one the Lease may still
+// name (deleted without a grace period, on a node that lost the API
+// server). The write is conditional on the version read: a holder that
+// renewed meanwhile keeps the Lease. It names pod's incarnation, and drops
+// the last handover's record.
+func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, pods []corev1.Pod, pod, quiet *corev1.Pod) (time.Duration, error) {
 	l := &coordinationv1.Lease{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l); err != nil {
 		return 0, fmt.Errorf("reading the primary Lease: %w", err)
 	}
-	holder := holderOf(l)
-	if holder == pod {
+	holder, uid := holderOf(l), holderUID(l)
+	if holder == pod.Name && (uid == "" || uid == pod.UID) {
 		return 0, nil
 	}
-	if holder != "" && !fenced {
-		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, int32(agent.DefaultLeaseDuration/time.Second))) * time.Second
+	stopped := quiet != nil && holder == quiet.Name && (uid == "" || uid == quiet.UID)
+	if holder != "" && !stopped && l.Annotations[agent.MembersSeenAnnotation] == "1" && l.Annotations[agent.MembersAnnotation] != "1" {
+		return 0, fmt.Errorf("%s's agent counted itself the only instance when it last renewed the primary Lease (before a scale-up): "+
+			"alone, it keeps taking writes while it cannot reach the API server, so its Lease never safely expires; "+
+			"nothing is promoted until %s can be fenced or its agent renews", holder, holder)
+	}
+	if holder != "" && !stopped {
+		d := r.longestLeaseDuration(l, pods)
 		now := time.Now()
 		if left := r.leases.firstSeen(l, now).Add(d + agent.Margin(d)).Sub(now); left > 0 {
 			return left, nil
 		}
 	}
 	now := metav1.NewMicroTime(r.now())
-	l.Spec.HolderIdentity = ptr.To(pod)
+	l.Spec.HolderIdentity = ptr.To(pod.Name)
 	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-	if err := r.Update(ctx, l); err != nil {
-		return 0, fmt.Errorf("handing the primary Lease from %q to %s: %w", holder, pod, err)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
 	}
-	log.FromContext(ctx).Info("handed the primary Lease over", "from", holder, "to", pod, "holderFenced", fenced)
+	l.Annotations[agent.HolderUIDAnnotation] = string(pod.UID)
+	delete(l.Annotations, agent.HandoverAnnotation)
+	if err := r.Update(ctx, l); err != nil {
+		return 0, fmt.Errorf("handing the primary Lease from %q to %s: %w", holder, pod.Name, err)
+	}
+	log.FromContext(ctx).Info("handed the primary Lease over", "from", holder, "to", pod.Name, "holderStopped", stopped)
 	return 0, nil
+}
+
+// longestLeaseDuration is the longest Lease duration the holder's agent
+// may be using: the Lease's own, the operator's, and the one each instance
+// pod was started with (an agent never uses a shorter one than its pod
+// says: an operator restarted with a shorter duration must not promote
+// before a primary's guard expires).
+func (r *DatabaseReconciler) longestLeaseDuration(l *coordinationv1.Lease, pods []corev1.Pod) time.Duration {
+	d := max(r.leaseDuration(), time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0))*time.Second)
+	for i := range pods {
+		d = max(d, podLeaseDuration(&pods[i]))
+	}
+	return d
+}
+
+// podLeaseDuration is the Lease duration pod's agent was started with
+// (AGENT_LEASE_DURATION in its database container; 0 when not set).
+func podLeaseDuration(pod *corev1.Pod) time.Duration {
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == "AGENT_LEASE_DURATION" {
+				if d, err := time.ParseDuration(e.Value); err == nil {
+					return d
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // AskPromoting tells the agent at host (the candidate's address) that the

@@ -79,7 +79,7 @@ func reloadParameters(db *dbv1.Database) (map[string]string, []error) {
 	want := map[string]string{}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(db.Spec.Parameters)) {
-		class, err := parameters.Classify(engine, name)
+		class, err := parameters.Classify(engine, name, db.Spec.Parameters[name])
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("spec.parameters[%s]: %w", name, err))

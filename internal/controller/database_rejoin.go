@@ -190,7 +190,7 @@ func (p *rejoin) reportDiverged(ctx context.Context, pod *corev1.Pod, prim engin
 	case forked && st.Applied.LSN > fork.LSN:
 		log.FromContext(ctx).Info("former primary holds diverged WAL", "pod", pod.Name, "from", fork.String(), "to", st.Applied.String())
 		p.r.event(p.db, corev1.EventTypeWarning, "DivergedWritesSetAside", "Rewind",
-			"%s wrote WAL %s to %s on timeline %d that %s never received (promoted at %s): the rewind discards those writes from its data directory; its start script keeps that WAL aside on the volume (diverged-wal-<time>, readable with pg_waldump)",
+			"%s wrote WAL %s to %s on timeline %d that %s never received (promoted at %s): the rewind discards those writes from its data directory; its start script keeps them aside on the volume (diverged-wal-<time>: that WAL, readable with pg_waldump, and a copy of the data directory as it was, pgdata/, when the volume has room: start a server on it to read them)",
 			pod.Name, fork.LSN, st.Applied.LSN, st.Applied.Timeline, p.primaryPod.Name, fork.LSN)
 	}
 }

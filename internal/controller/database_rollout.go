@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -50,7 +51,11 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 		return err
 	}
 	plan, ok := planRollout(obs, pods, sts, current)
-	if !ok || int32(len(plan.pods)) < max(db.Spec.Replicas, 1) {
+	if !ok {
+		r.stuckRollout(db, obs, pods, sts)
+		return nil
+	}
+	if int32(len(plan.pods)) < max(db.Spec.Replicas, 1) {
 		// One pod at a time: wait for it; or the StatefulSet still makes
 		// pods (a restarted one, say).
 		return nil
@@ -66,7 +71,7 @@ func (r *DatabaseReconciler) reconcileRollout(ctx context.Context, db *dbv1.Data
 		return nil
 	}
 	if ok, rolling := r.Rollouts.acquire(db.UID); !ok {
-		obs.waiting = fmt.Sprintf("revision %s waits to roll out: %d Databases are rolling a change out (--max-concurrent-rollouts)", plan.revision, rolling)
+		obs.wait(dbv1.ReasonRollingUpdate, fmt.Sprintf("revision %s waits to roll out: %d Databases are rolling a change out (--max-concurrent-rollouts)", plan.revision, rolling))
 		obs.requeueWithin(10 * time.Second)
 		return nil
 	}
@@ -114,8 +119,7 @@ func planRollout(obs *observed, pods []corev1.Pod, sts *appsv1.StatefulSet, curr
 			obs.requeueWithin(rolloutWait)
 			return plan, false
 		case !podReady(p):
-			obs.requeueWithin(rolloutWait)
-			return plan, false
+			return plan, false // stuckRollout looks again
 		case p.Name == current:
 			plan.primary = p
 		}
@@ -130,11 +134,13 @@ func planRollout(obs *observed, pods []corev1.Pod, sts *appsv1.StatefulSet, curr
 }
 
 // rollPrimary restarts the primary, the last stale pod: after a switchover
-// to an updated replica when one can take over, in place (with an Event)
-// when none ever can.
+// to an updated replica when one can take over; in place (with an Event)
+// only when it has no replica at all. With replicas it never restarts the
+// primary it cannot switch over from (a primary it cannot reach may be cut
+// off from the operator only): it waits, and says why.
 func (r *DatabaseReconciler) rollPrimary(ctx context.Context, db *dbv1.Database, obs *observed, plan rolloutPlan) error {
 	current, revision := plan.primary.Name, plan.revision
-	target, why := r.rolloutTarget(ctx, obs, plan.primary, plan.updated)
+	target, why := r.switchoverCandidate(ctx, obs, plan.primary, plan.updated)
 	switch {
 	case target != nil:
 		r.event(db, corev1.EventTypeNormal, "RolloutSwitchover", "Rollout",
@@ -143,9 +149,14 @@ func (r *DatabaseReconciler) rollPrimary(ctx context.Context, db *dbv1.Database,
 			return fmt.Errorf("rolling out revision %s: %w", revision, err)
 		}
 		return nil
-	case len(plan.updated) > 0 && r.Instances != nil && why == "":
-		// Replicas exist but none can take over now: Rejoin heals them.
-		log.FromContext(ctx).Info("rollout waits for an updated replica that streams from the primary", "primary", current, "revision", revision)
+	case len(plan.updated) > 0:
+		// Replicas exist but none can take over now: Rejoin heals them, or
+		// the primary comes back within reach.
+		if why == "" {
+			why = "no updated replica streams from it yet"
+		}
+		log.FromContext(ctx).Info("rollout waits to switch over from the primary", "primary", current, "revision", revision, "why", why)
+		obs.wait(dbv1.ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s waits to switch over from primary %s: %s", revision, current, why))
 		obs.requeueWithin(10 * time.Second)
 		return nil
 	}
@@ -156,13 +167,14 @@ func (r *DatabaseReconciler) rollPrimary(ctx context.Context, db *dbv1.Database,
 	return nil
 }
 
-// rolloutTarget picks the updated replica to move the primary to: one that
-// streams from the primary and can catch up, the furthest ahead. With none
-// such, why says why the primary must restart in place ("" when replicas
-// exist but none can take over yet: wait).
-func (r *DatabaseReconciler) rolloutTarget(ctx context.Context, obs *observed, primary *corev1.Pod, updated []*corev1.Pod) (*corev1.Pod, string) {
+// switchoverCandidate picks the replica among cands to move the primary
+// to (an updated one in a rollout, one that stays in a scale-down): one
+// that streams from the primary and can catch up, the furthest ahead.
+// With none such, why says why none ever can ("" when replicas exist but
+// none can take over yet: wait).
+func (r *DatabaseReconciler) switchoverCandidate(ctx context.Context, obs *observed, primary *corev1.Pod, cands []*corev1.Pod) (*corev1.Pod, string) {
 	switch {
-	case len(updated) == 0:
+	case len(cands) == 0:
 		return nil, "no replica to switch over to"
 	case r.Instances == nil:
 		return nil, "the operator does not reach servers"
@@ -178,7 +190,7 @@ func (r *DatabaseReconciler) rolloutTarget(ctx context.Context, obs *observed, p
 	var bestInst engine.Instance
 	var bestAt engine.Position
 	reached := 0
-	for _, p := range updated {
+	for _, p := range cands {
 		inst, err := obs.instances.get(ctx, p)
 		if err != nil {
 			continue
@@ -197,9 +209,78 @@ func (r *DatabaseReconciler) rolloutTarget(ctx context.Context, obs *observed, p
 		}
 	}
 	if best == nil && reached == 0 {
-		return nil, "no updated replica can be reached"
+		return nil, "no replica to switch over to can be reached"
 	}
 	return best, ""
+}
+
+// DefaultRolloutReadyTimeout bounds how long a rollout waits for an
+// instance restarted on the new pod template to become ready unless
+// --rollout-ready-timeout says otherwise.
+const DefaultRolloutReadyTimeout = 10 * time.Minute
+
+func (r *DatabaseReconciler) rolloutReadyTimeout() time.Duration {
+	if r.RolloutReadyTimeout > 0 {
+		return r.RolloutReadyTimeout
+	}
+	return DefaultRolloutReadyTimeout
+}
+
+// stuckRollout looks at the pods on the new template that are not ready.
+// One that has not become ready within the bound stops the rollout there:
+// it is reported (a Warning Event once, Progressing False and Degraded
+// True, reason RolloutStuck, naming the pod and why) and the Database's
+// rollout slot is released, so that other Databases roll on. The rollout
+// goes on when the pod becomes ready (its readiness brings a reconcile).
+// Until the bound, it looks again when the bound runs out.
+func (r *DatabaseReconciler) stuckRollout(db *dbv1.Database, obs *observed, pods []corev1.Pod, sts *appsv1.StatefulSet) {
+	bound, now := r.rolloutReadyTimeout(), r.now()
+	for i := range pods {
+		p := &pods[i]
+		if !onUpdateRevision(p, sts) || podReady(p) || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		since := notReadySince(p)
+		if left := since.Add(bound).Sub(now); left > 0 {
+			obs.requeueWithin(left)
+			continue
+		}
+		obs.rolloutStuck = fmt.Sprintf("instance %s has not become ready on revision %s for %s (%s): the rollout waits for it and lets other Databases roll on",
+			p.Name, sts.Status.UpdateRevision, now.Sub(since).Round(time.Second), podNotReadyWhy(p))
+		r.Rollouts.release(db.UID)
+		if c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionProgressing); c == nil || c.Reason != dbv1.ReasonRolloutStuck {
+			r.event(db, corev1.EventTypeWarning, dbv1.ReasonRolloutStuck, "Rollout", "%s", obs.rolloutStuck)
+		}
+		return
+	}
+}
+
+// notReadySince is when pod last stopped being ready, or was made.
+func notReadySince(pod *corev1.Pod) time.Time {
+	since := pod.CreationTimestamp.Time
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue && c.LastTransitionTime.After(since) {
+			since = c.LastTransitionTime.Time
+		}
+	}
+	return since
+}
+
+// podNotReadyWhy says what the kubelet reports of a pod that is not ready.
+func podNotReadyWhy(pod *corev1.Pod) string {
+	for _, c := range pod.Status.ContainerStatuses {
+		switch {
+		case c.Ready:
+		case c.State.Waiting != nil:
+			return fmt.Sprintf("%s: %s %s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+		case c.LastTerminationState.Terminated != nil:
+			t := c.LastTerminationState.Terminated
+			return fmt.Sprintf("%s: running after it exited with %d (%s), %d restarts", c.Name, t.ExitCode, t.Reason, c.RestartCount)
+		default:
+			return c.Name + ": running, not ready"
+		}
+	}
+	return "not ready"
 }
 
 // podOrdinal is the StatefulSet ordinal at the end of a pod's name (-1

@@ -23,8 +23,14 @@ type observed struct {
 	statefulSet *appsv1.StatefulSet // nil when it does not exist (yet)
 	pods        []corev1.Pod
 	podsListed  bool
-	waiting     string        // set when a phase waits on something before it can go on
-	requeue     time.Duration // when to look again (a failover delay running out)
+	waiting     string // set when a phase waits on something before it can go on (wait)
+	waitReason  string // the Progressing reason while waiting
+	// rolloutStuck says which instance a rollout waits on past its bound.
+	rolloutStuck string
+	// halt: a phase found that the phases after it must not run yet (no
+	// primary chosen among kept volumes), without a failure.
+	halt bool
+	requeue      time.Duration // when to look again (a failover delay running out)
 
 	// Failover: when the primary was first seen failed (nil: healthy), and
 	// the pod promoted in this reconcile with the record of it.
@@ -70,6 +76,12 @@ func (o *observed) fail(phase string, err error) {
 		return
 	}
 	o.err = fmt.Errorf("%w; %s: %w", o.err, phase, err)
+}
+
+// wait records that a phase waits on something before it can go on, as
+// Progressing says (reason, message).
+func (o *observed) wait(reason, message string) {
+	o.waitReason, o.waiting = reason, message
 }
 
 // requeueWithin asks for the next reconcile within d.
@@ -157,7 +169,10 @@ func summarize(db *dbv1.Database, obs *observed) statusInput {
 	in.allReady = in.primaryReady && in.ready == in.desired
 	in.progressing, in.progress.reason, in.progress.message = rollout(db, obs.statefulSet, in.desired)
 	if obs.waiting != "" {
-		in.progressing, in.progress.reason, in.progress.message = true, dbv1.ReasonResizing, obs.waiting
+		in.progressing, in.progress.reason, in.progress.message = true, obs.waitReason, obs.waiting
+	}
+	if obs.rolloutStuck != "" {
+		in.progressing, in.progress.reason, in.progress.message = false, dbv1.ReasonRolloutStuck, obs.rolloutStuck
 	}
 	return in
 }
@@ -213,6 +228,10 @@ func setReadyCondition(st *dbv1.DatabaseStatus, in statusInput) {
 // setProgressingCondition: the StatefulSet still moves towards the spec,
 // or the volumes are being replaced to grow.
 func setProgressingCondition(st *dbv1.DatabaseStatus, in statusInput) {
+	if in.progress.reason == dbv1.ReasonRolloutStuck {
+		setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionFalse, dbv1.ReasonRolloutStuck, in.progress.message)
+		return
+	}
 	if in.progressing {
 		setCondition(st, in.db, dbv1.ConditionProgressing, metav1.ConditionTrue, in.progress.reason, in.progress.message)
 		return
@@ -228,6 +247,8 @@ func setDegradedCondition(st *dbv1.DatabaseStatus, in statusInput) {
 	switch {
 	case obs.err != nil:
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
+	case obs.rolloutStuck != "":
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonRolloutStuck, obs.rolloutStuck)
 	case !in.progressing && !in.primaryReady:
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonPrimaryNotReady,
 			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", in.primary, rolePrimary))

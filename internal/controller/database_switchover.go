@@ -73,7 +73,7 @@ func (r *DatabaseReconciler) switchover(ctx context.Context, db *dbv1.Database, 
 		// failedPromotion): finish that switchover, never undo it.
 		err = r.finishPromoted(ctx, db, old, current, target)
 	} else {
-		err = r.switchTo(ctx, db, obs, old, next, current, target)
+		err = r.switchTo(ctx, db, obs, pods, switchPair{old: old, next: next, oldPod: currentPod, nextPod: targetPod})
 	}
 	if err != nil {
 		return err
@@ -149,18 +149,26 @@ func (r *DatabaseReconciler) repointAll(ctx context.Context, obs *observed, pods
 	return nil
 }
 
+// switchPair is a switchover's two servers: the current primary's and
+// the target's, with their pods.
+type switchPair struct {
+	old, next       engine.Instance
+	oldPod, nextPod *corev1.Pod
+}
+
 // switchTo fences the current primary, waits for the target to apply all
 // it wrote, hands it the primary Lease, records it as the primary and
 // promotes it: named steps, each logged and reported in an Event
 // (Switchover<Step>) once done. A failure before the hand-over abandons
 // the switchover (the old primary unfenced); from the hand-over on it only
 // rolls forward.
-func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, obs *observed, old, next engine.Instance, current, target string) error {
+func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, p switchPair) error {
+	old, next, current, target := p.old, p.next, p.oldPod.Name, p.nextPod.Name
 	r.event(db, corev1.EventTypeNormal, "SwitchoverStarted", "Switchover", "Moving the primary from %s to %s", current, target)
 	var final engine.Status
 	failed := func(err error) error { return fmt.Errorf("switchover to %s: %w", target, err) }
 	abandon := func(err error) error { return r.abandonSwitchover(ctx, db, old, err) }
-	rollForward := func(err error) error { return r.failedPromotion(ctx, db, old, next, current, target, err) }
+	rollForward := func(err error) error { return r.failedPromotion(ctx, db, pods, p, err) }
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("from", current, "to", target))
 	steps := []haStep{
 		{"Fenced", func() (stepOutcome, error) {
@@ -180,10 +188,16 @@ func (r *DatabaseReconciler) switchTo(ctx context.Context, db *dbv1.Database, ob
 			}
 			return done(fmt.Sprintf("%s applied everything %s wrote, up to %s", target, current, final.Applied)), nil
 		}, abandon},
-		// The old primary is fenced: the Lease moves at once.
+		// The old primary is fenced: the Lease moves at once (unless it
+		// names another incarnation of its pod, which this fence did not
+		// reach: then the switchover waits for it to expire).
 		{"LeaseHandedOver", func() (stepOutcome, error) {
-			if _, err := r.takeLease(ctx, db, target, true); err != nil {
+			left, err := r.takeLease(ctx, db, pods, p.nextPod, p.oldPod)
+			if err != nil {
 				return stepOutcome{}, err
+			}
+			if left > 0 {
+				return stepOutcome{}, fmt.Errorf("the primary Lease names another incarnation of %s, which may still take writes: it expires in %s", current, left.Round(time.Second))
 			}
 			return done(fmt.Sprintf("the primary Lease names %s", target)), nil
 		}, abandon},
@@ -225,18 +239,22 @@ func (r *DatabaseReconciler) abandonSwitchover(ctx context.Context, db *dbv1.Dat
 
 // failedPromotion decides what a Promote that returned an error leaves: a
 // promotion may have gone through all the same (pg_promote that timed out
-// while the server went on). Only a target that answers as a read-only
-// replica was surely not promoted: then the topology names the old primary
-// again and it is unfenced. Otherwise the old primary stays fenced and the
-// topology keeps the target: the next reconcile rolls forward (Promote of
-// a promoted server does nothing), never back to two writable servers.
-func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Database, old, next engine.Instance, current, target string, cause error) error {
+// or was cancelled while the server went on promoting). Only a target that
+// was never asked to promote (engine.ErrPromotionNotStarted) and answers
+// as a read-only replica was surely not promoted: then the topology names
+// the old primary again and it is unfenced. Otherwise the old primary
+// stays fenced and the topology keeps the target: the next reconcile rolls
+// forward (Promote of a promoted server does nothing), never back to two
+// writable servers.
+func (r *DatabaseReconciler) failedPromotion(ctx context.Context, db *dbv1.Database, pods []corev1.Pod, p switchPair, cause error) error {
+	old, next, current, target := p.old, p.next, p.oldPod.Name, p.nextPod.Name
 	cause = fmt.Errorf("promoting %s: %w", target, cause)
 	st, err := next.Status(ctx)
-	if err == nil && st.Role == engine.RoleReplica && st.ReadOnly {
+	if err == nil && st.Role == engine.RoleReplica && st.ReadOnly && errors.Is(cause, engine.ErrPromotionNotStarted) {
 		// The Lease goes back first: the old primary takes writes again
-		// only as its holder.
-		if _, err := r.takeLease(ctx, db, current, true); err != nil {
+		// only as its holder. The target, its holder now, answers as a
+		// read-only replica: the Lease moves at once.
+		if _, err := r.takeLease(ctx, db, pods, p.oldPod, p.nextPod); err != nil {
 			return fmt.Errorf("switchover: %w; handing the primary Lease back to %s failed too, so it stays fenced: %w", cause, current, err)
 		}
 		if err := r.recordPrimary(ctx, db, current); err != nil {

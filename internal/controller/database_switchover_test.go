@@ -127,17 +127,22 @@ func scriptedConnector(c client.Reader, servers map[string]*scriptedServer) *Ins
 }
 
 // TestSwitchoverNeverUndoesAPromotion: a Promote that returns an error may
-// have promoted the target all the same. The old primary must then stay
-// fenced (unfencing it makes two writable primaries) and the next reconcile
-// finish the switchover; only a target that answers as a read-only replica
-// lets the switchover be abandoned and the old primary take writes again.
+// have promoted the target all the same, or may still be promoting it
+// (pg_promote timed out or cancelled, the server still in recovery for a
+// moment). The old primary must then stay fenced (unfencing it makes two
+// writable primaries) and the next reconcile finish the switchover; only a
+// target never asked to promote that answers as a read-only replica lets
+// the switchover be abandoned and the old primary take writes again.
 func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 	for _, tt := range []struct {
 		name         string
+		promoteErr   error
 		promoteTakes bool
+		abandon      bool
 	}{
-		{"the promotion went through", true},
-		{"the promotion did not happen", false},
+		{"the promotion went through", errors.New("timed out waiting for promotion"), true, false},
+		{"the promotion was asked for and may still be under way", errors.New("canceling statement due to statement timeout"), false, false},
+		{"the promotion was never asked for", fmt.Errorf("%w: connection reset", engine.ErrPromotionNotStarted), false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -151,7 +156,7 @@ func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 			servers := map[string]*scriptedServer{
 				"orders-0": {role: engine.RolePrimary, applied: 100},
 				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100,
-					promoteErr: errors.New("timed out waiting for promotion"), promoteTakes: tt.promoteTakes},
+					promoteErr: tt.promoteErr, promoteTakes: tt.promoteTakes},
 			}
 			writes := 0
 			r, c := newFakeReconciler(t, &writes, objs...)
@@ -167,7 +172,7 @@ func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 
 			_, err := r.Reconcile(ctx, req)
 			old := servers["orders-0"]
-			if !tt.promoteTakes {
+			if tt.abandon {
 				if err == nil || !strings.Contains(err.Error(), "abandoned") {
 					t.Errorf("reconcile: %v, want the switchover abandoned", err)
 				}
@@ -189,6 +194,11 @@ func TestSwitchoverNeverUndoesAPromotion(t *testing.T) {
 				t.Errorf("topology names %s the primary, want orders-1 (rolling forward)", got)
 			}
 
+			if !tt.promoteTakes {
+				// The promotion the call gave up on finishes meanwhile.
+				next := servers["orders-1"]
+				next.role, next.readOnly, next.promoteErr = engine.RolePrimary, false, nil
+			}
 			// The next reconcile finishes it.
 			if _, err := r.Reconcile(ctx, req); err != nil {
 				t.Fatal(err)

@@ -140,6 +140,10 @@ func (r *DatabaseReconciler) servesWrites(ctx context.Context, db *dbv1.Database
 // out on the volume), so a kept token costs nothing.
 func desiredTopology(db *dbv1.Database, obs *observed, live map[string]string) map[string]string {
 	want := map[string]string{topologyPrimaryKey: primaryName(db, obs)}
+	if adopting(db, obs) {
+		// Kept volumes and no primary chosen yet: none is named.
+		want = map[string]string{topologyAdoptKey: "true"}
+	}
 	if db.Status.CurrentPrimary != "" {
 		want[topologyInitializedKey] = "true"
 	}

@@ -1,14 +1,19 @@
 package controller
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/internal/parameters"
 )
@@ -64,7 +69,15 @@ type ValueOptions struct {
 	// the instance agent in every database pod and the backup and restore
 	// Jobs are its manager binary.
 	OperatorImage string
+	// LeaseDuration is the primary Leases' duration the agents start
+	// with (zero: agent.DefaultLeaseDuration).
+	LeaseDuration time.Duration
 }
+
+// terminationGracePeriod is the database pods' grace period: a stopping
+// primary hands its role over in the first half (see agent/handover.go),
+// its server stops in the rest.
+const terminationGracePeriod = 60 * time.Second
 
 // relatedImagePrefix marks the environment variables OLM lists as the
 // CSV's relatedImages and mirroring tools rewrite.
@@ -93,14 +106,16 @@ func ImagesFromEnv(environ []string) map[string]string {
 // chartValues derives the chart's values from a Database. It is the one
 // place that maps the API onto the chart; it reads nothing but its inputs.
 func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
-	storage := map[string]any{"size": db.Spec.Storage.Size.String()}
+	// The claims of instances a scale-down removes follow deletionPolicy.
+	whenScaled := "Retain"
+	if db.Spec.DeletionPolicy == dbv1.DeletionPolicyDelete {
+		whenScaled = "Delete"
+	}
+	storage := map[string]any{"size": db.Spec.Storage.Size.String(), "whenScaled": whenScaled}
 	if sc := db.Spec.Storage.StorageClassName; sc != nil {
 		storage["storageClassName"] = *sc
 	}
-	replicas := db.Spec.Replicas
-	if replicas < 1 {
-		replicas = 1
-	}
+	replicas := instancesToRun(db)
 	all, restart := serverParameters(db)
 	image := db.Spec.Image
 	if image == "" {
@@ -108,20 +123,23 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 	}
 	profile := engine.ProfileOf(db.Spec.Engine)
 	return map[string]any{
-		"engine":            string(db.Spec.Engine),
-		"port":              int64(profile.Port),
-		"portName":          profile.PortName,
-		"version":           effectiveVersion(db),
-		"image":             image,
-		"replicas":          int64(replicas),
-		"storage":           storage,
-		"resources":         resourceValues(db.Spec.Resources),
-		"credentialsSecret": credentialsSecretName(db),
-		"replicationSecret": replicationSecretName(db),
-		"tls":               map[string]any{"secretName": tlsSecretName(db), "mountPath": tlsMountPath},
-		"operatorNamespace": opts.OperatorNamespace,
-		"networkPolicy":     networkPolicyValues(db, opts),
-		"agentImage":        opts.OperatorImage,
+		"engine":                        string(db.Spec.Engine),
+		"port":                          int64(profile.Port),
+		"portName":                      profile.PortName,
+		"version":                       effectiveVersion(db),
+		"image":                         image,
+		"replicas":                      int64(replicas),
+		"storage":                       storage,
+		"resources":                     resourceValues(db.Spec.Resources),
+		"credentialsSecret":             credentialsSecretName(db),
+		"replicationSecret":             replicationSecretName(db),
+		"tls":                           map[string]any{"secretName": tlsSecretName(db), "mountPath": tlsMountPath},
+		"operatorNamespace":             opts.OperatorNamespace,
+		"networkPolicy":                 networkPolicyValues(db, opts),
+		"agentImage":                    opts.OperatorImage,
+		"agent":                         map[string]any{"leaseDuration": fmt.Sprintf("%ds", int64(cmp.Or(opts.LeaseDuration, agent.DefaultLeaseDuration)/time.Second))},
+		"terminationGracePeriodSeconds": int64(terminationGracePeriod / time.Second),
+		"podManagementPolicy":           podManagementPolicy(db),
 		"replication": map[string]any{
 			"synchronousReplicas":  int64(db.Spec.SynchronousReplicas()),
 			"maxSlotWALKeepSizeMB": slotWALBoundMB(db.Spec.Storage.Size),
@@ -129,6 +147,18 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		"parameters":        all,
 		"restartParameters": restart,
 	}
+}
+
+// podManagementPolicy is OrderedReady (replicas clone from instance 0),
+// or Parallel for a Database made over kept volumes, whose instances each
+// start on their own data before a primary is chosen (see
+// database_adopt.go). The StatefulSet cannot change it later; the
+// annotation that decides it stays.
+func podManagementPolicy(db *dbv1.Database) string {
+	if db.Annotations[keptVolumesAnnotation] != "" {
+		return string(appsv1.ParallelPodManagement)
+	}
+	return string(appsv1.OrderedReadyPodManagement)
 }
 
 // serverParameters are spec.parameters by the names the server knows
@@ -140,7 +170,7 @@ func serverParameters(db *dbv1.Database) (all, restart map[string]any) {
 	all, restart = map[string]any{}, map[string]any{}
 	engine := string(db.Spec.Engine)
 	for name, v := range db.Spec.Parameters {
-		class, err := parameters.Classify(engine, name)
+		class, err := parameters.Classify(engine, name, v)
 		if err != nil {
 			continue
 		}

@@ -3,6 +3,7 @@ package controller
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,10 +37,11 @@ func TestChartValues(t *testing.T) {
 		}
 		return map[string]any{
 			"engine": engine, "port": port, "portName": portName, "version": version, "image": "", "replicas": int64(1),
-			"storage": map[string]any{"size": "10Gi"}, "resources": defaultRes,
+			"storage": map[string]any{"size": "10Gi", "whenScaled": "Retain"}, "resources": defaultRes,
 			"credentialsSecret": "orders-credentials", "replicationSecret": "orders-replication",
 			"tls": map[string]any{"secretName": "orders-tls", "mountPath": "/etc/database-operator/tls"}, "operatorNamespace": "",
 			"networkPolicy": map[string]any{"enabled": true, "jobLabels": map[string]any{"app.kubernetes.io/name": "database-job", "database.example.com/database": "orders"}}, "agentImage": "",
+			"agent": map[string]any{"leaseDuration": "15s"}, "terminationGracePeriodSeconds": int64(60), "podManagementPolicy": "OrderedReady",
 			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
 			"parameters":  map[string]any{}, "restartParameters": map[string]any{},
 		}
@@ -54,6 +56,25 @@ func TestChartValues(t *testing.T) {
 		{name: "mysql default version", db: newDB(dbv1.EngineMySQL), want: func(map[string]any) {}},
 		{name: "mariadb default version", db: newDB(dbv1.EngineMariaDB), want: func(map[string]any) {}},
 		{
+			name: "a scale-down keeps the primary's instance until it moved; removed claims follow deletionPolicy",
+			db: newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas, db.Status.CurrentPrimary, db.Spec.DeletionPolicy = 1, "orders-2", dbv1.DeletionPolicyDelete
+			}),
+			opts: ValueOptions{LeaseDuration: 30 * time.Second},
+			want: func(m map[string]any) {
+				m["replicas"] = int64(3)
+				m["storage"] = map[string]any{"size": "10Gi", "whenScaled": "Delete"}
+				m["agent"] = map[string]any{"leaseDuration": "30s"}
+			},
+		},
+		{
+			name: "a Database made over kept volumes starts its instances in parallel, each kept one until a primary is chosen",
+			db: newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+				db.Annotations = map[string]string{keptVolumesAnnotation: "data-orders-0,data-orders-1"}
+			}),
+			want: func(m map[string]any) { m["podManagementPolicy"], m["replicas"] = "Parallel", int64(2) },
+		},
+		{
 			name: "explicit version, image, replicas, storage class, operator namespace",
 			db: newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
 				db.Spec.Version, db.Spec.Image, db.Spec.Replicas = "10.11", "mirror/mariadb:10.11.9", 3
@@ -63,7 +84,7 @@ func TestChartValues(t *testing.T) {
 			want: func(m map[string]any) {
 				m["version"], m["image"], m["replicas"], m["operatorNamespace"] = "10.11", "mirror/mariadb:10.11.9", int64(3), "operators"
 				m["agentImage"] = "example.com/op:v1"
-				m["storage"] = map[string]any{"size": "10Gi", "storageClassName": "fast"}
+				m["storage"] = map[string]any{"size": "10Gi", "storageClassName": "fast", "whenScaled": "Retain"}
 			},
 		},
 		{
@@ -100,7 +121,7 @@ func TestChartValues(t *testing.T) {
 			}),
 			want: func(m map[string]any) {
 				m["resources"] = map[string]any{"requests": map[string]any{"cpu": "500m"}}
-				m["storage"] = map[string]any{"size": "1Gi"}
+				m["storage"] = map[string]any{"size": "1Gi", "whenScaled": "Retain"}
 				m["replication"] = map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(256)}
 			},
 		},
@@ -118,7 +139,7 @@ func TestChartValues(t *testing.T) {
 			name: "a small volume keeps at least 64 MB of WAL for a replica",
 			db:   newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Spec.Storage.Size = resource.MustParse("100Mi") }),
 			want: func(m map[string]any) {
-				m["storage"] = map[string]any{"size": "100Mi"}
+				m["storage"] = map[string]any{"size": "100Mi", "whenScaled": "Retain"}
 				m["replication"] = map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(64)}
 			},
 		},

@@ -89,6 +89,9 @@ type Options struct {
 	// ConcurrentRollouts is how many Databases roll a pod template change
 	// out at once (default DefaultConcurrentRollouts).
 	ConcurrentRollouts int
+	// RolloutReadyTimeout bounds the wait for a restarted instance to
+	// become ready (default DefaultRolloutReadyTimeout).
+	RolloutReadyTimeout time.Duration
 }
 
 // DefaultDatabaseWorkers is above one, so that one Database whose server
@@ -108,6 +111,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	opts.Values.LeaseDuration = opts.PrimaryLeaseDuration
 	renderer, err := chart.Load(helmcharts.Database, "database")
 	if err != nil {
 		return err
@@ -122,6 +126,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Instances: &InstanceConnector{Client: mgr.GetClient(), Resolve: opts.Resolve},
 		Positions: &PrimaryPositions{},
 		Rollouts:  &RolloutSlots{Max: opts.ConcurrentRollouts},
+
+		RolloutReadyTimeout: opts.RolloutReadyTimeout,
 
 		LeaseDuration: opts.PrimaryLeaseDuration,
 		leases:        &leaseClock{},

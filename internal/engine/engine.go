@@ -17,6 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	dbv1 "example.com/database-operator/api/v1"
 )
 
@@ -205,6 +208,21 @@ type Slots struct {
 // SlotName is the replication slot of an instance pod: slot names allow
 // lower-case letters, digits and underscores only.
 func SlotName(pod string) string { return strings.ReplaceAll(pod, "-", "_") }
+
+// ErrPromotionNotStarted wraps a Promote that failed before it asked the
+// server to promote: only then is the server surely still a replica. Once
+// asked, a promotion may go on after the call failed (pg_promote timed out
+// or was cancelled), and the caller must not hand the primary role back.
+var ErrPromotionNotStarted = errors.New("the promotion was not started")
+
+// TooManyConnections says whether err is a server refusing a session for
+// a full connection table (PostgreSQL 53300, MySQL and MariaDB 1040): the
+// server answered, and is alive.
+func TooManyConnections(err error) bool {
+	var pg *pgconn.PgError
+	var my *mysql.MySQLError
+	return errors.As(err, &pg) && pg.Code == "53300" || errors.As(err, &my) && my.Number == 1040
+}
 
 // ErrNoTimelines means the engine keeps no timeline history (MySQL, MariaDB).
 var ErrNoTimelines = errors.New("the engine has no timelines")

@@ -59,6 +59,14 @@ func TestCompareMariaDBGTID(t *testing.T) {
 		{"0-1-10", "0-2-10", 0, true},                // same sequence, different servers: errant
 		{"0-1-11,1-1-4", "0-1-10,1-1-5", 0, true},    // ahead in one domain, behind in another
 		{" 0-1-3 , 1-2-4 ", "1-2-4,0-1-3", 0, false}, // order and spaces do not matter
+		// GTID states, a server's last transaction per writer: the server
+		// ids say whose transaction stands at a number.
+		{"0-1-100,0-2-103", "0-1-100", 1, false}, // the promoted replica holds its old primary's last
+		{"0-1-100", "0-1-100,0-2-103", -1, false},
+		{"0-1-100,0-2-103", "0-1-102", 0, true}, // the old primary wrote 101-102 the new one never had
+		{"0-1-102", "0-1-100,0-2-103", 0, true}, // (the same, the other way round: further behind is no excuse)
+		{"0-2-103", "0-1-102", 1, false},        // a clone's state without server 1's history: by number
+		{"0-1-100,0-2-110", "0-1-100,0-2-103", 1, false},
 	}
 	checkCompare(t, compareMariaDBGTID, tests)
 	for _, bad := range []string{"0-1", "a-b-c", "0-1-2-3"} {
@@ -192,6 +200,7 @@ func TestLag(t *testing.T) {
 		{"mariadb ahead counts nothing", mariaDBGTIDLag, "0-1-60", "0-1-50", 0},
 		{"mariadb per domain", mariaDBGTIDLag, "0-1-40,1-2-5", "0-1-50,1-2-7,2-3-1", 13},
 		{"mariadb empty replica", mariaDBGTIDLag, "", "0-1-5", 5},
+		{"mariadb states", mariaDBGTIDLag, "0-1-100", "0-1-100,0-2-103", 3},
 		{"mysql caught up", mysqlGTIDLag, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", 0},
 		{"mysql behind", mysqlGTIDLag, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5", "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9", 4},
 		{"mysql gaps and sources", mysqlGTIDLag, "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3:7",

@@ -2,21 +2,26 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// MariaDB GTID positions: a comma-separated list of domain-server-sequence,
-// one per replication domain.
+// MariaDB GTID positions: a comma-separated list of domain-server-sequence.
+// The operator reads a server's GTID state (gtid_binlog_state with
+// gtid_current_pos): per replication domain, the last sequence number it
+// holds from each server that wrote in that domain, not only the last
+// transaction. Sequence numbers order a domain's transactions (strict
+// mode); the server ids tell whose transaction stands at a number, so two
+// servers that each wrote after a failover are seen to have diverged even
+// when one holds higher numbers than the other.
 
-type mariaGTID struct {
-	server uint64
-	seq    uint64
-}
+// mariaState is a MariaDB GTID state: domain -> server -> last sequence.
+type mariaState map[uint64]map[uint64]uint64
 
-func parseMariaDBGTID(s string) (map[uint64]mariaGTID, error) {
-	out := map[uint64]mariaGTID{}
+func parseMariaDBGTID(s string) (mariaState, error) {
+	out := mariaState{}
 	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -34,14 +39,79 @@ func parseMariaDBGTID(s string) (map[uint64]mariaGTID, error) {
 			}
 			n[i] = v
 		}
-		out[n[0]] = mariaGTID{server: n[1], seq: n[2]}
+		out.add(n[0], n[1], n[2])
 	}
 	return out, nil
 }
 
-// compareMariaDBGTID orders two MariaDB positions domain by domain. A
-// domain where both stand at the same sequence number written by different
-// servers, or where each is ahead in a different domain, has diverged.
+// add records that the state holds server's transaction seq in domain.
+func (st mariaState) add(domain, server, seq uint64) {
+	if st[domain] == nil {
+		st[domain] = map[uint64]uint64{}
+	}
+	st[domain][server] = max(st[domain][server], seq)
+}
+
+// last is a domain's last transaction: the highest sequence number, and
+// the server that wrote it (0, 0 when the domain is empty).
+func (st mariaState) last(domain uint64) (server, seq uint64) {
+	for s, q := range st[domain] {
+		if q > seq || (q == seq && s < server) {
+			server, seq = s, q
+		}
+	}
+	return server, seq
+}
+
+// String is the state as MariaDB writes it, sorted.
+func (st mariaState) String() string {
+	var parts []string
+	for _, d := range slices.Sorted(maps.Keys(st)) {
+		for _, s := range slices.Sorted(maps.Keys(st[d])) {
+			parts = append(parts, fmt.Sprintf("%d-%d-%d", d, s, st[d][s]))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// lastPositions is the state's last transaction per domain: what
+// MASTER_GTID_WAIT takes (one GTID per domain).
+func (st mariaState) lastPositions() string {
+	var parts []string
+	for _, d := range slices.Sorted(maps.Keys(st)) {
+		if s, q := st.last(d); q > 0 {
+			parts = append(parts, fmt.Sprintf("%d-%d-%d", d, s, q))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// mergeMariaDBGTID is the union of MariaDB states (a replica's applied
+// state and what its IO thread received), canonical; unparsable input is
+// kept as it is (the caller's comparison reports it).
+func mergeMariaDBGTID(states ...string) string {
+	out := mariaState{}
+	for _, s := range states {
+		st, err := parseMariaDBGTID(s)
+		if err != nil {
+			return strings.Join(states, ",")
+		}
+		for d, servers := range st {
+			for srv, q := range servers {
+				out.add(d, srv, q)
+			}
+		}
+	}
+	return out.String()
+}
+
+// compareMariaDBGTID orders two MariaDB states domain by domain. In a
+// domain where one side is further, it holds the other's last transaction
+// only if it holds that transaction's server up to it: when it holds that
+// server only up to an earlier number, the two have diverged (each wrote
+// after a failover). Without an entry for that server it cannot tell, and
+// orders by number. The same last number from different servers has
+// diverged; each side ahead in a different domain too.
 func compareMariaDBGTID(a, b string) (int, error) {
 	pa, err := parseMariaDBGTID(a)
 	if err != nil {
@@ -59,15 +129,22 @@ func compareMariaDBGTID(a, b string) (int, error) {
 	for d := range pb {
 		domains[d] = true
 	}
-	for d := range domains {
-		x, y := pa[d], pb[d]
+	for _, d := range slices.Sorted(maps.Keys(domains)) {
+		xs, xq := pa.last(d)
+		ys, yq := pb.last(d)
 		switch {
-		case x.seq > y.seq:
+		case xq == yq && xs != ys:
+			return 0, fmt.Errorf("%w: domain %d has transaction %d from server %d on one side and %d on the other", ErrDiverged, d, xq, xs, ys)
+		case xq > yq:
+			if got, ok := pa[d][ys]; ok && got < yq {
+				return 0, fmt.Errorf("%w: domain %d: %q holds server %d's transactions only up to %d, %q its %d", ErrDiverged, d, a, ys, got, b, yq)
+			}
 			ahead = true
-		case x.seq < y.seq:
+		case xq < yq:
+			if got, ok := pb[d][xs]; ok && got < xq {
+				return 0, fmt.Errorf("%w: domain %d: %q holds server %d's transactions only up to %d, %q its %d", ErrDiverged, d, b, xs, got, a, xq)
+			}
 			behind = true
-		case x.server != y.server:
-			return 0, fmt.Errorf("%w: domain %d has transaction %d from server %d on one side and %d on the other", ErrDiverged, d, x.seq, x.server, y.server)
 		}
 	}
 	return order(ahead, behind, a, b)
@@ -190,9 +267,10 @@ func mariaDBGTIDLag(replica, primary string) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	for domain, pg := range p {
-		if rg := r[domain]; pg.seq > rg.seq {
-			n += int64(pg.seq - rg.seq)
+	for domain := range p {
+		_, pq := p.last(domain)
+		if _, rq := r.last(domain); pq > rq {
+			n += int64(pq - rq)
 		}
 	}
 	return n, nil

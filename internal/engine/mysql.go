@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,11 @@ import (
 // and status columns of replication.
 type dialect interface {
 	name() string
+	// statementTimeLimit is the session variable that bounds a
+	// statement's time.
+	statementTimeLimit() string
+	// canonical writes a position the way Compare and Lag read it.
+	canonical(gtid string) string
 	// positionQuery returns the executed GTID set of the instance.
 	positionQuery() string
 	replicaStatus() string
@@ -85,14 +91,16 @@ func (t replicationTLS) options(prefix, peerCA string) string {
 
 type mysqlDialect struct{}
 
-func (mysqlDialect) name() string              { return "MySQL" }
-func (mysqlDialect) positionQuery() string     { return "SELECT @@GLOBAL.gtid_executed" }
-func (mysqlDialect) replicaStatus() string     { return "SHOW REPLICA STATUS" }
-func (mysqlDialect) syncClientsStatus() string { return "Rpl_semi_sync_source_clients" }
-func (mysqlDialect) receivedColumn() string    { return "Retrieved_Gtid_Set" }
-func (mysqlDialect) ioRunningColumn() string   { return "Replica_IO_Running" }
-func (mysqlDialect) sourceHostColumn() string  { return "Source_Host" }
-func (mysqlDialect) sourcePortColumn() string  { return "Source_Port" }
+func (mysqlDialect) name() string                 { return "MySQL" }
+func (mysqlDialect) statementTimeLimit() string   { return "max_execution_time" }
+func (mysqlDialect) canonical(gtid string) string { return gtid }
+func (mysqlDialect) positionQuery() string        { return "SELECT @@GLOBAL.gtid_executed" }
+func (mysqlDialect) replicaStatus() string        { return "SHOW REPLICA STATUS" }
+func (mysqlDialect) syncClientsStatus() string    { return "Rpl_semi_sync_source_clients" }
+func (mysqlDialect) receivedColumn() string       { return "Retrieved_Gtid_Set" }
+func (mysqlDialect) ioRunningColumn() string      { return "Replica_IO_Running" }
+func (mysqlDialect) sourceHostColumn() string     { return "Source_Host" }
+func (mysqlDialect) sourcePortColumn() string     { return "Source_Port" }
 
 // MySQL 8.4 rewrites the password out of its logs and binary log.
 func (mysqlDialect) account(a Account) []string {
@@ -172,8 +180,17 @@ func (mysqlDialect) lag(r, p string) (int64, error)   { return mysqlGTIDLag(r, p
 
 type mariadbDialect struct{}
 
-func (mariadbDialect) name() string              { return "MariaDB" }
-func (mariadbDialect) positionQuery() string     { return "SELECT @@GLOBAL.gtid_current_pos" }
+func (mariadbDialect) name() string                 { return "MariaDB" }
+func (mariadbDialect) statementTimeLimit() string   { return "max_statement_time" }
+func (mariadbDialect) canonical(gtid string) string { return mergeMariaDBGTID(gtid) }
+
+// positionQuery is the server's GTID state: per domain, the last
+// transaction of each server it holds (gtid_binlog_state, which replicas
+// keep too: log_slave_updates), with gtid_current_pos for what it applied
+// before it logged anything (a clone).
+func (mariadbDialect) positionQuery() string {
+	return "SELECT CONCAT_WS(',', NULLIF(@@GLOBAL.gtid_binlog_state, ''), NULLIF(@@GLOBAL.gtid_current_pos, ''))"
+}
 func (mariadbDialect) replicaStatus() string     { return "SHOW SLAVE STATUS" }
 func (mariadbDialect) syncClientsStatus() string { return "Rpl_semi_sync_master_clients" }
 func (mariadbDialect) receivedColumn() string    { return "Gtid_IO_Pos" }
@@ -215,17 +232,19 @@ func (mariadbDialect) follow(p Endpoint, c Credentials, tls replicationTLS, peer
 func (mariadbDialect) attachFormerPrimary() []string {
 	return []string{"SET GLOBAL gtid_slave_pos = @@GLOBAL.gtid_binlog_pos"}
 }
+
+// waitApplied waits for the last transaction of each domain (what
+// MASTER_GTID_WAIT takes: one GTID per domain).
 func (mariadbDialect) waitApplied(gtid string, timeout int) string {
+	if st, err := parseMariaDBGTID(gtid); err == nil {
+		gtid = st.lastPositions()
+	}
 	return fmt.Sprintf("SELECT MASTER_GTID_WAIT(%s, %d)", mysqlLiteral(gtid), timeout)
 }
+
+// received is what a replica holds with what its IO thread received.
 func (mariadbDialect) received(applied, retrieved string) string {
-	if retrieved == "" {
-		return applied
-	}
-	if c, err := compareMariaDBGTID(retrieved, applied); err == nil && c < 0 {
-		return applied
-	}
-	return retrieved
+	return mergeMariaDBGTID(applied, retrieved)
 }
 func (mariadbDialect) compare(a, b string) (int, error) { return compareMariaDBGTID(a, b) }
 func (mariadbDialect) lag(r, p string) (int64, error)   { return mariaDBGTIDLag(r, p) }
@@ -251,6 +270,9 @@ func openMySQL(ctx context.Context, d dialect, ep Endpoint, creds Credentials, o
 	// cut a wait shorter than WaitTimeout.
 	cfg.Timeout, cfg.ReadTimeout, cfg.WriteTimeout = opts.ConnectTimeout, opts.WaitTimeout+5*time.Second, opts.WaitTimeout+5*time.Second
 	cfg.AllowNativePasswords = true
+	// A user's statement time limit (spec.parameters) must not cut the
+	// operator's own calls short; each is bounded by its context instead.
+	cfg.Params = map[string]string{d.statementTimeLimit(): "0"}
 	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
 	if c := opts.tlsFor(ep); c != nil {
 		cfg.TLS = c
@@ -336,7 +358,7 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 	if err := m.db.QueryRowContext(ctx, m.d.positionQuery()).Scan(&executed); err != nil {
 		return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
 	}
-	executed = strings.ReplaceAll(executed, "\n", "")
+	executed = m.d.canonical(strings.ReplaceAll(executed, "\n", ""))
 	row, err := m.replicaRow(ctx)
 	if err != nil {
 		return Status{}, err
@@ -370,8 +392,66 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-func (m *mysqlFamily) Fence(ctx context.Context) error   { return m.exec(ctx, m.d.fence()) }
+// Fence makes the server read-only, then ends every client session but
+// its own and the replication streams: read_only refuses an application's
+// next statement, but a transaction it opened before may still be waiting
+// to commit, and a session ended is one no client mistakes for a live
+// primary. What a killed session had not committed is rolled back: it was
+// never acknowledged.
+func (m *mysqlFamily) Fence(ctx context.Context) error {
+	if err := m.exec(ctx, m.d.fence()); err != nil {
+		return err
+	}
+	return m.endSessions(ctx)
+}
+
 func (m *mysqlFamily) Unfence(ctx context.Context) error { return m.exec(ctx, m.d.unfence()) }
+
+// clientSessions lists the sessions a fence ends: every one but the asking
+// connection's, the server's own threads and the replicas' binary log
+// streams (they must go on: a replica catches up with a fenced primary).
+const clientSessions = `SELECT ID FROM information_schema.PROCESSLIST
+	WHERE ID <> CONNECTION_ID() AND USER NOT IN ('system user', 'event_scheduler')
+	AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon', 'Killed')`
+
+// endSessions kills the sessions clientSessions lists, on one connection
+// (CONNECTION_ID() is the connection's own). A session that ended
+// meanwhile is no error.
+func (m *mysqlFamily) endSessions(ctx context.Context) error {
+	conn, err := m.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+	}
+	defer conn.Close()
+	rows, err := conn.QueryContext(ctx, clientSessions)
+	if err != nil {
+		return fmt.Errorf("%s %s: listing client sessions: %w", m.d.name(), m.ep, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("%s %s: listing client sessions: %w", m.d.name(), m.ep, err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s %s: listing client sessions: %w", m.d.name(), m.ep, err)
+	}
+	for _, id := range ids {
+		var me *mysql.MySQLError
+		if _, err := conn.ExecContext(ctx, "KILL CONNECTION "+strconv.FormatInt(id, 10)); err != nil &&
+			!(errors.As(err, &me) && me.Number == errUnknownThread) {
+			return fmt.Errorf("%s %s: ending session %d: %w", m.d.name(), m.ep, id, err)
+		}
+	}
+	return nil
+}
+
+// errUnknownThread (ER_NO_SUCH_THREAD): the session ended on its own.
+const errUnknownThread = 1094
 
 // EnsureAccount creates or updates the application account and its
 // database, on which it has every right (and none elsewhere).
@@ -387,7 +467,7 @@ func (m *mysqlFamily) EnsureAccount(ctx context.Context, a Account) error {
 // writes in: no write is acknowledged before its replicas hold it.
 func (m *mysqlFamily) Promote(ctx context.Context) error {
 	if err := m.WaitApplied(ctx); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrPromotionNotStarted, err)
 	}
 	if err := m.exec(ctx, m.d.promote()); err != nil {
 		return err

@@ -36,6 +36,12 @@ func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Opti
 	cfg.ConnectTimeout = opts.ConnectTimeout
 	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
 	cfg.RuntimeParams["application_name"] = "database-operator"
+	// A user's statement_timeout (spec.parameters) must not cancel the
+	// operator's own calls: a cancelled pg_promote(wait) goes on promoting.
+	// Every call is bounded by its context instead.
+	cfg.RuntimeParams["statement_timeout"] = "0"
+	cfg.RuntimeParams["lock_timeout"] = "0"
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
 	if c := opts.tlsFor(ep); c != nil {
 		cfg.TLSConfig, cfg.Fallbacks = c, nil // verified TLS or nothing
 	}
@@ -240,7 +246,7 @@ func (p *postgres) setSystem(ctx context.Context, stmt, want string) error {
 func (p *postgres) Promote(ctx context.Context) error {
 	st, err := p.Status(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrPromotionNotStarted, err)
 	}
 	if st.Role == RoleReplica {
 		var ok bool
@@ -403,8 +409,10 @@ func conninfoValue(s string) string {
 // sqlLiteral quotes a string as a standard SQL literal.
 func (p *postgres) KeepSlots(ctx context.Context, prefix string, names []string) (Slots, error) {
 	var out Slots
+	// Only the operator's own slots: the prefix and an ordinal
+	// (<name>_<n>). A user's own slot named <name>_cdc is not touched.
 	rows, err := p.conn.Query(ctx, `SELECT slot_name, coalesce(wal_status, '') FROM pg_replication_slots
-		WHERE slot_type = 'physical' AND starts_with(slot_name, $1)`, prefix)
+		WHERE slot_type = 'physical' AND starts_with(slot_name, $1) AND substr(slot_name, length($1) + 1) ~ '^[0-9]+$'`, prefix)
 	if err != nil {
 		return out, fmt.Errorf("PostgreSQL %s: listing replication slots: %w", p.ep, err)
 	}

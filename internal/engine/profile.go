@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"syscall"
+
 	dbv1 "example.com/database-operator/api/v1"
 )
 
@@ -27,12 +29,18 @@ type Profile struct {
 	// restart of its server (PostgreSQL: its start script rewinds it with
 	// pg_rewind); otherwise it is pointed at the new primary in place.
 	RejoinByRestart bool
+	// StopSignal stops the server at once, ending its sessions (the
+	// agent sends it when its pod stops, once the primary role was handed
+	// over): PostgreSQL's fast shutdown (SIGTERM is its smart shutdown,
+	// which lets open sessions go on committing until they end);
+	// MySQL's and MariaDB's normal shutdown.
+	StopSignal syscall.Signal
 }
 
 var profiles = map[dbv1.Engine]Profile{
-	dbv1.EnginePostgreSQL: {Port: 5432, PortName: "postgresql", Scheme: "postgresql", Superuser: "postgres", Client: "psql", Dump: "pg_dump", RejoinByRestart: true},
-	dbv1.EngineMySQL:      {Port: 3306, PortName: "mysql", Scheme: "mysql", Superuser: "root", Client: "mysql", Dump: "mysqldump"},
-	dbv1.EngineMariaDB:    {Port: 3306, PortName: "mysql", Scheme: "mysql", Superuser: "root", Client: "mariadb", Dump: "mariadb-dump"},
+	dbv1.EnginePostgreSQL: {Port: 5432, PortName: "postgresql", Scheme: "postgresql", Superuser: "postgres", Client: "psql", Dump: "pg_dump", RejoinByRestart: true, StopSignal: syscall.SIGINT},
+	dbv1.EngineMySQL:      {Port: 3306, PortName: "mysql", Scheme: "mysql", Superuser: "root", Client: "mysql", Dump: "mysqldump", StopSignal: syscall.SIGTERM},
+	dbv1.EngineMariaDB:    {Port: 3306, PortName: "mysql", Scheme: "mysql", Superuser: "root", Client: "mariadb", Dump: "mariadb-dump", StopSignal: syscall.SIGTERM},
 }
 
 // ProfileOf is e's profile. The API admits only the engines listed here;

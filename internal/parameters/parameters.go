@@ -92,6 +92,19 @@ var operatorOwned = map[string]map[string]string{
 			"rpl_semi_sync_master_wait_no_slave", "rpl_semi_sync_slave_enabled", "init_slave", "report_host", "report_port"},
 		"TLS (set by the operator)": {"ssl_ca", "ssl_capath", "ssl_cert", "ssl_key", "ssl_cipher", "ssl_crl", "ssl_crlpath", "require_secure_transport"},
 	}),
+	// MySQL names its replication settings its own way: MariaDB's list
+	// alone would let GTID mode and the fence's super_read_only through.
+	"mysql": ownedBy(map[string][]string{
+		"the pods' network and files": {"port", "bind_address", "socket", "datadir", "pid_file", "skip_networking", "skip_name_resolve", "tmpdir",
+			"log_error", "basedir", "plugin_dir", "plugin_load", "plugin_load_add"},
+		"replication and failover": {"log_bin", "log_bin_basename", "log_bin_index", "binlog_format", "log_replica_updates", "log_slave_updates",
+			"gtid_mode", "enforce_gtid_consistency", "gtid_executed", "gtid_purged", "server_id", "server_uuid", "read_only", "super_read_only",
+			"relay_log", "relay_log_index", "relay_log_basename", "sql_log_bin", "skip_replica_start", "skip_slave_start",
+			"rpl_semi_sync_source_enabled", "rpl_semi_sync_source_timeout", "rpl_semi_sync_source_wait_point",
+			"rpl_semi_sync_source_wait_for_replica_count", "rpl_semi_sync_source_wait_no_replica", "rpl_semi_sync_replica_enabled",
+			"init_replica", "init_slave", "report_host", "report_port"},
+		"TLS (set by the operator)": {"ssl_ca", "ssl_capath", "ssl_cert", "ssl_key", "ssl_cipher", "ssl_crl", "ssl_crlpath", "require_secure_transport", "tls_version"},
+	}),
 }
 
 func ownedBy(groups map[string][]string) map[string]string {
@@ -113,15 +126,20 @@ func Normalize(engine, name string) string {
 	return strings.ReplaceAll(strings.ToLower(name), "-", "_")
 }
 
-// Classify says how engine takes a new value of name, or why a
-// user may not set it: unknown to the server (it would refuse to start
-// with it), fixed, or the operator's own. MySQL 8.4 has no table (no
-// server here to read it from): every name it is given counts as
-// restart, and the server itself says when one is wrong.
-func Classify(engine, name string) (Class, error) {
+// Classify says how engine takes value for name, or why a user may not
+// set it: the operator's own, unsafe (it could lose acknowledged writes,
+// corrupt data, open the server without authentication or let replicas
+// skip errors: see unsafe.go), unknown to the server (it would refuse to
+// start with it), or fixed. MySQL 8.4 has no table (no server here to
+// read it from): every other name it is given counts as restart, and the
+// server itself says when one is wrong.
+func Classify(engine, name, value string) (Class, error) {
 	n := Normalize(engine, name)
 	if why, ok := operatorOwned[engine][n]; ok {
 		return "", fmt.Errorf("%s is set by the operator (%s)", n, why)
+	}
+	if why := Unsafe(engine, name, value); why != "" {
+		return "", fmt.Errorf("%s", why)
 	}
 	if engine == "mysql" {
 		return Restart, nil
@@ -141,10 +159,6 @@ func Classify(engine, name string) (Class, error) {
 	return "", fmt.Errorf("%s is not a setting %s knows", n, engine)
 }
 
-func init() { operatorOwned["mysql"] = operatorOwned["mariadb"] }
-
 // OperatorOwned says why the operator owns engine's setting name, or ""
 // when it does not.
 func OperatorOwned(engine, name string) string { return operatorOwned[engine][Normalize(engine, name)] }
-
-func init() { operatorOwned["mysql"] = operatorOwned["mariadb"] }

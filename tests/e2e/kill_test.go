@@ -207,11 +207,14 @@ func k8sDatabase(t testing.TB, db *dbv1.Database) *dbv1.Database {
 	return got
 }
 
+// fullTierSet: E2E_FULL is set (make test-faults, make test-full).
+var fullTierSet = os.Getenv("E2E_FULL") != ""
+
 // fullTier skips a scenario matrix unless E2E_FULL is set (`make
 // test-faults`, `make test-full`): `make test` proves each guarantee once
 // and must fit CI's time.
 func fullTier(t testing.TB) {
-	if os.Getenv("E2E_FULL") == "" {
+	if !fullTierSet {
 		t.Skip("a scenario of the full tier: make test-faults runs it (E2E_FULL=1)")
 	}
 }

@@ -278,7 +278,8 @@ func waitCaughtUp(t *testing.T, ctx context.Context, primary, replica engine.Ins
 }
 
 // TestPostgresReplicationSlots: KeepSlots makes the slots it is given and
-// drops its own others (a user's slot stays); a slot whose replica falls
+// drops its own others (a user's slot stays, one named like the
+// operator's too: orders_cdc); a slot whose replica falls
 // further behind than max_slot_wal_keep_size is reported lost, and kept
 // until DropSlot.
 func TestPostgresReplicationSlots(t *testing.T) {
@@ -288,6 +289,7 @@ func TestPostgresReplicationSlots(t *testing.T) {
 	p := primary.Instance(t)
 	for _, stmt := range []string{
 		"SELECT pg_create_physical_replication_slot('users_own')",
+		"SELECT pg_create_physical_replication_slot('orders_cdc')",
 		"ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
 		"ALTER SYSTEM SET wal_keep_size = 0",
 		"SELECT pg_reload_conf()",
@@ -304,8 +306,8 @@ func TestPostgresReplicationSlots(t *testing.T) {
 	if err != nil || fmt.Sprint(got.Dropped) != "[orders_2]" || len(got.Created)+len(got.Lost) > 0 {
 		t.Fatalf("after a scale-down: %+v, %v", got, err)
 	}
-	if n := primary.Count(t, "pg_replication_slots WHERE slot_name = 'users_own'"); n != 1 {
-		t.Errorf("the user's own slot: %d, want it kept", n)
+	if n := primary.Count(t, "pg_replication_slots WHERE slot_name IN ('users_own', 'orders_cdc')"); n != 2 {
+		t.Errorf("the user's own slots: %d of 2, want them kept", n)
 	}
 
 	// No replica takes orders_1's WAL: past the bound, the slot is lost.

@@ -645,3 +645,58 @@ func TestV1alpha1WritesKeepV1Rules(t *testing.T) {
 		t.Errorf("after the refused v1alpha1 update: replicas %d (%v)", got.Spec.Replicas, err)
 	}
 }
+
+// TestBadSpecsRefusedThroughBothVersions: each spec v1 refuses is refused
+// when written through v1alpha1 too, where what v1alpha1 cannot hold
+// travels in the conversion annotation its own schema does not look into
+// (a hidden spec). v1's rules live once, in its CRD: the API server runs
+// them on a v1 write, the validating webhook on a v1alpha1 one. A setting
+// that can lose acknowledged writes is refused both ways as well.
+func TestBadSpecsRefusedThroughBothVersions(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cl, _ := userClient(t, "")
+	for _, tt := range []struct {
+		name, want string
+		mutate     func(*dbv1.Database)
+	}{
+		{"a name that is no DNS-1035 label", "metadata.name must be a DNS-1035 label", func(d *dbv1.Database) { d.Name = "9lives" }},
+		{"a negative lag bound", "should be greater than or equal to 0", func(d *dbv1.Database) { d.Spec.Failover.MaxLag = ptr.To[int64](-1) }},
+		{"as many synchronous replicas as instances", "replicas must be above it", func(d *dbv1.Database) {
+			d.Spec.Replicas = 2
+			d.Spec.Replication = dbv1.ReplicationSpec{Mode: dbv1.ReplicationSynchronous, SynchronousReplicas: ptr.To[int32](2)}
+		}},
+		{"a plain-HTTP backup target", "http://", func(d *dbv1.Database) {
+			d.Spec.Backup = &dbv1.BackupPolicy{Target: dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "http://s3.example", Bucket: "b",
+				CredentialsSecret: dbv1.S3Credentials{Name: "s3"}}}}
+		}},
+		{"a MySQL setting name that adds lines to its configuration", "parameter names are letters, digits", func(d *dbv1.Database) {
+			d.Spec.Engine, d.Spec.Version = dbv1.EngineMySQL, "8.4"
+			d.Spec.Parameters = map[string]string{"x\n[client]\npassword": "1"}
+		}},
+		{"a setting that loses acknowledged writes", "fsync = off is refused", func(d *dbv1.Database) {
+			d.Spec.Parameters = map[string]string{"fsync": "off"}
+		}},
+		{"a setting that opens the server without authentication", "skip_grant_tables is refused", func(d *dbv1.Database) {
+			d.Spec.Engine, d.Spec.Version = dbv1.EngineMariaDB, "10.11"
+			d.Spec.Parameters = map[string]string{"skip-grant-tables": "ON"}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v1db := database(ns, "hidden", dbv1.EnginePostgreSQL, 3, tt.mutate)
+			if err := cl.Create(ctx, v1db); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("through v1: %v, want refused with %q", err, tt.want)
+				_ = cl.Delete(ctx, v1db)
+			}
+			alpha := &dbv1alpha1.Database{}
+			if err := alpha.ConvertFrom(database(ns, "hidden", dbv1.EnginePostgreSQL, 3, tt.mutate)); err != nil {
+				t.Fatal(err)
+			}
+			alpha.APIVersion, alpha.Kind = dbv1alpha1.GroupVersion.String(), "Database"
+			if err := cl.Create(ctx, alpha); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("through v1alpha1: %v, want refused with %q", err, tt.want)
+				_ = cl.Delete(ctx, alpha)
+			}
+		})
+	}
+}

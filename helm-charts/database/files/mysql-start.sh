@@ -185,6 +185,16 @@ clone() {
 # asks for a rebuild when it diverged.
 rejoin() { :; }
 
+# adopt_data: a kept volume's data starts read-only and replicating from
+# nobody (its old primary may be anyone now) until the operator has chosen
+# the primary among the kept volumes (topology key "adopt").
+skip_replica_opt=""
+adopt_data() {
+	log "kept volume: starting read-only, replicating from nobody, until the operator chooses the primary"
+	skip_replica_opt="--skip-slave-start"
+	[ "$ENGINE" = mariadb ] || skip_replica_opt="--skip-replica-start"
+}
+
 prepare_data
 readonly_opt=""
 if [ "$POD_NAME" != "$primary" ]; then
@@ -209,4 +219,4 @@ server_id_opt=""
 
 unset MYSQL_PWD
 # shellcheck disable=SC2086
-exec "$@" $server_id_opt $relay_opts $readonly_opt $semisync_opt $tls_server
+exec "$@" $server_id_opt $relay_opts $readonly_opt $semisync_opt $skip_replica_opt $tls_server

@@ -175,13 +175,23 @@ rewind() {
 	clone
 }
 
+# fits_twice: the volume has room for two more copies of directory $1.
+fits_twice() {
+	size="$(du -sk "$1" | cut -f1)"
+	free="$(df -Pk "$volume" | awk 'NR == 2 {print $4}')"
+	[ -n "$size" ] && [ -n "$free" ] && [ "$free" -gt $((size * 2)) ]
+}
+
 # rewind_keeping_diverged runs pg_rewind (its arguments), keeping aside
-# (never deleting) the WAL this server wrote after its timeline forked from
+# (never deleting) what this server wrote after its timeline forked from
 # the new primary's: the writes the new primary never received, which
-# pg_rewind removes from the data directory. They stay readable with
-# pg_waldump in <volume>/diverged-wal-<time>. Only pg_rewind knows the fork
-# point (a dry run refuses a server that was not shut down cleanly), so the
-# WAL is copied first and what precedes the fork dropped from the copy.
+# pg_rewind removes from the data directory. In <volume>/diverged-wal-<time>:
+# that WAL (readable with pg_waldump), and, when the volume has room for
+# it twice over, a copy of the whole data directory as it was (pgdata/):
+# a server started on the copy shows those writes as rows. Only pg_rewind
+# knows the fork point (a dry run refuses a server that was not shut down
+# cleanly), so both are copied first and kept only when it discarded
+# something; what precedes the fork is dropped from the WAL copy.
 rewind_keeping_diverged() {
 	aside="$volume/diverged-wal-$(date -u +%Y%m%dT%H%M%SZ)"
 	rm -rf "$aside.tmp"
@@ -189,6 +199,14 @@ rewind_keeping_diverged() {
 	for f in "$PGDATA"/pg_wal/*; do
 		if [ -f "$f" ]; then cp -p "$f" "$aside.tmp/"; fi
 	done
+	kept="the WAL only (the volume has no room for a copy of the data directory)"
+	if fits_twice "$PGDATA"; then
+		if cp -a "$PGDATA" "$aside.tmp/pgdata"; then
+			kept="the WAL, and a copy of the whole data directory in pgdata/ (start a server on it to read those writes)"
+		else
+			rm -rf "$aside.tmp/pgdata"
+		fi
+	fi
 	if ! pg_rewind "$@" >"$aside.tmp/pg_rewind.log" 2>&1; then
 		cat "$aside.tmp/pg_rewind.log" >&2
 		rm -rf "$aside.tmp" # a copy: the failed rewind sets the whole data directory aside
@@ -206,13 +224,13 @@ rewind_keeping_diverged() {
 	first="$(printf '%08X%08X%08X' "$tli" "0x${lsn%/*}" "$((0x${lsn#*/} >> 24))")"
 	for f in "$aside.tmp"/*; do
 		name="$(basename "$f")"
-		case "$name" in "$(printf '%08X' "$tli")"*) ;; pg_rewind.log) continue ;; *) rm -f "$f"; continue ;; esac
+		case "$name" in "$(printf '%08X' "$tli")"*) ;; pg_rewind.log | pgdata) continue ;; *) rm -f "$f"; continue ;; esac
 		if [ "$(printf '%s\n%s\n' "$first" "$name" | LC_ALL=C sort | head -n 1)" != "$first" ]; then
 			rm -f "$f"
 		fi
 	done
 	mv "$aside.tmp" "$aside"
-	log "former primary: its WAL after $lsn on timeline $tli, which $primary never received, is kept in $aside (pg_rewind removed it from the data directory)"
+	log "former primary: what it wrote after $lsn on timeline $tli, which $primary never received, is kept in $aside: $kept (pg_rewind removed it from the data directory)"
 }
 
 # A standby has standby.signal; a former primary has not, and may hold WAL
@@ -237,6 +255,25 @@ rejoin() {
 	fenced=1
 }
 
+# adopt_data starts a kept volume's data as it is until the operator has
+# chosen the primary among the kept volumes (topology key "adopt"): a
+# standby replays what it holds and streams from nobody (its old primary
+# may be anyone now); a former primary starts fenced. The operator reads
+# each one's position, promotes the most advanced one, and re-points or
+# rewinds the others.
+adopt_data() {
+	if [ -f "$PGDATA/standby.signal" ]; then
+		log "kept volume: starting as a standby that streams from nobody until the operator chooses the primary"
+		auto="$PGDATA/postgresql.auto.conf"
+		{ grep -v '^primary_conninfo\|^primary_slot_name' "$auto" || true; } >"$auto.new"
+		chmod 0600 "$auto.new"
+		mv "$auto.new" "$auto"
+		return
+	fi
+	log "kept volume: a former primary; starting it fenced until the operator chooses the primary"
+	fenced=1
+}
+
 # The configuration file the server is started with (-c config_file=...).
 config_file=""
 for arg in "$@"; do
@@ -244,11 +281,11 @@ for arg in "$@"; do
 done
 
 prepare_data
-keep_slot_name
+[ -n "$adopting" ] || keep_slot_name
 
 # A standby that streamed before its Database had certificates is pointed
 # at the primary again with verification, now that both have them.
-if [ -n "$tls_conninfo" ] && [ "$POD_NAME" != "$primary" ] && [ -f "$PGDATA/standby.signal" ] &&
+if [ -z "$adopting" ] && [ -n "$tls_conninfo" ] && [ "$POD_NAME" != "$primary" ] && [ -f "$PGDATA/standby.signal" ] &&
 	! grep -q "^primary_conninfo = .*sslmode=verify-full" "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
 	log "streaming from $primary with TLS from now on"
 	follow_primary

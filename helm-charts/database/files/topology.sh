@@ -6,7 +6,11 @@
 # prepare_data.
 #
 # Topology keys: "primary" (the primary's pod name), "initialized" (set once
-# the Database has served), "rebuild-<pod>" (a rebuild request's token).
+# the Database has served), "rebuild-<pod>" (a rebuild request's token),
+# "adopt" (the instances start on volumes kept from an earlier Database of
+# this name, and no primary is chosen yet: each one with data starts
+# read-only and replicating from nobody, and defines adopt_data for that;
+# the operator then chooses the primary from their data).
 
 topology="${TOPOLOGY_DIR:-/etc/database-operator/topology}"
 volume="$(dirname "$data")"
@@ -19,8 +23,13 @@ topology_key() { cat "$topology/$1" 2>/dev/null || true; }
 # The instance agent passes the primary Lease's holder, fresher than the
 # mounted ConfigMap (which the kubelet refreshes late).
 primary="${AGENT_PRIMARY:-$(topology_key primary)}"
-# Before the operator writes its topology, instance 0 is the first primary.
-[ -n "$primary" ] || primary="${POD_NAME%-*}-0"
+adopting=""
+if [ -z "$primary" ] && [ -n "$(topology_key adopt)" ]; then
+	adopting=1 # kept volumes: no primary until the operator chose one
+else
+	# Before the operator writes its topology, instance 0 is the first primary.
+	[ -n "$primary" ] || primary="${POD_NAME%-*}-0"
+fi
 host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"
 port="${PRIMARY_PORT:-$default_port}"
 
@@ -32,6 +41,14 @@ set_aside() {
 }
 
 prepare_data() {
+	if [ -n "$adopting" ]; then
+		if ! has_data; then
+			log "no data, and no primary chosen yet among the kept volumes: waiting for the operator to choose one"
+			exit 1
+		fi
+		adopt_data
+		return
+	fi
 	if [ "$POD_NAME" = "$primary" ]; then
 		has_data && return
 		# Once the Database has served, a primary without data is a lost or

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +91,7 @@ var _ admission.Validator[*dbv1.Database] = &DatabaseValidator{}
 
 // DefaultRules are the built-in rules.
 func DefaultRules() []Rule {
-	return []Rule{switchoverTarget, primaryWithinReplicas, bootstrapUnchanged, backupSchedule, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange, synchronousAvailability, parametersKnown, resourcesConsistent}
+	return []Rule{olderVersionKeepsV1Rules, switchoverTarget, primaryWithinReplicas, scaleDuringFailover, scaleDown, versionChange, deletionPolicyChange, synchronousAvailability, parametersKnown, resourcesConsistent}
 }
 
 // ValidateCreate runs the rules with no previous object.
@@ -286,13 +285,9 @@ func policyOrDefault(p dbv1.DeletionPolicy) dbv1.DeletionPolicy {
 	return p
 }
 
-// The next rules repeat CEL rules of the v1 schema. A v1alpha1 request is
-// checked against v1alpha1's schema, where the fields v1alpha1 cannot hold
-// travel in an annotation the schema does not look into; the webhook always
-// sees the object as v1, so these hold whichever version was written.
-
 // primaryWithinReplicas: spec.primary names an instance that the spec keeps
-// (scaling below it would delete the primary's pod).
+// (scaling below it would delete the primary's pod). The CRD's rule says
+// so too; this one words it for a scale through the scale subresource.
 func primaryWithinReplicas(_ context.Context, _, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
 	if db.Spec.Primary == "" {
 		return nil, nil, nil
@@ -304,26 +299,6 @@ func primaryWithinReplicas(_ context.Context, _, db *dbv1.Database) (admission.W
 	return nil, field.ErrorList{field.Invalid(field.NewPath("spec", "primary"), db.Spec.Primary,
 		fmt.Sprintf("spec.primary must name one of this Database's instances, %s-0 to %s-%d: switch over to a lower instance before scaling below it", db.Name, db.Name, max(db.Spec.Replicas, 1)-1))}, nil
 }
-
-// bootstrapUnchanged: spec.bootstrap applies at creation only.
-func bootstrapUnchanged(_ context.Context, old, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
-	if old == nil || equality.Semantic.DeepEqual(old.Spec.Bootstrap, db.Spec.Bootstrap) {
-		return nil, nil, nil
-	}
-	return nil, field.ErrorList{field.Forbidden(field.NewPath("spec", "bootstrap"),
-		"bootstrap only applies when a Database is created and cannot be added, changed or removed; restore into a new Database instead")}, nil
-}
-
-// backupSchedule: spec.backup.schedule is a cron expression the operator can run.
-func backupSchedule(_ context.Context, _, db *dbv1.Database) (admission.Warnings, field.ErrorList, []Audit) {
-	if db.Spec.Backup == nil || db.Spec.Backup.Schedule == "" || cronPattern.MatchString(db.Spec.Backup.Schedule) {
-		return nil, nil, nil
-	}
-	return nil, field.ErrorList{field.Invalid(field.NewPath("spec", "backup", "schedule"), db.Spec.Backup.Schedule,
-		"not a valid cron expression: give five fields (minute hour day-of-month month day-of-week), for example 0 3 * * *, or @daily")}, nil
-}
-
-var cronPattern = regexp.MustCompile(dbv1.CronSchedulePattern)
 
 // synchronousAvailability warns (the CRD already refuses k >= replicas)
 // when synchronous replication waits for every replica: then one replica
@@ -357,7 +332,7 @@ func parametersKnown(_ context.Context, old, db *dbv1.Database) (admission.Warni
 			errs = append(errs, field.Invalid(path, v, fmt.Sprintf("a value is at most %d characters, on one line, without control characters", maxParameterValue)))
 			continue
 		}
-		if _, err := parameters.Classify(engine, name); err != nil {
+		if _, err := parameters.Classify(engine, name, db.Spec.Parameters[name]); err != nil {
 			errs = append(errs, field.Invalid(path, db.Spec.Parameters[name], err.Error()))
 			continue
 		}

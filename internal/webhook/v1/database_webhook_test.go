@@ -35,8 +35,15 @@ func db(mutate ...func(*dbv1.Database)) *dbv1.Database {
 }
 
 func request(op admissionv1.Operation, dryRun bool) context.Context {
+	return requestAs(op, dryRun, "v1")
+}
+
+// requestAs is a request written through API version (the webhook sees
+// every write as v1).
+func requestAs(op admissionv1.Operation, dryRun bool, version string) context.Context {
+	kind := &metav1.GroupVersionKind{Group: dbv1.GroupVersion.Group, Version: version, Kind: "Database"}
 	return admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		Operation: op, DryRun: &dryRun, UserInfo: authenticationv1.UserInfo{Username: "bob"}}})
+		Operation: op, DryRun: &dryRun, UserInfo: authenticationv1.UserInfo{Username: "bob"}, RequestKind: kind}})
 }
 
 func drain(r *events.FakeRecorder) []string {
@@ -56,6 +63,7 @@ func TestValidatorRules(t *testing.T) {
 		name     string
 		old, new *dbv1.Database
 		dryRun   bool
+		version  string // the API version written through ("": v1)
 		err      string // "" admits
 		warning  string
 		events   []string
@@ -76,11 +84,34 @@ func TestValidatorRules(t *testing.T) {
 			new:     db(func(d *dbv1.Database) { d.Spec.Primary, d.Spec.Replicas = "orders-2", 2 }),
 			err:     `spec.primary: Invalid value: "orders-2": spec.primary must name one of this Database's instances, orders-0 to orders-1`,
 			warning: "scaling down from 3 to 2"},
-		{name: "bootstrap added later", old: db(), new: db(func(d *dbv1.Database) {
+		// Through v1alpha1, every v1 rule of the CRD holds (its schema and
+		// CEL rules, run here); through v1 the API server ran them.
+		{name: "v1alpha1: bootstrap added later", version: "v1alpha1", old: db(), new: db(func(d *dbv1.Database) {
 			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "b1"}}
-		}), err: "spec.bootstrap: Forbidden: bootstrap only applies when a Database is created"},
-		{name: "bad schedule", new: db(func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupPolicy{Schedule: "0 24 * * *"} }),
-			err: `spec.backup.schedule: Invalid value: "0 24 * * *": not a valid cron expression`},
+		}), err: "bootstrap only applies when a Database is created and cannot be added, changed or removed"},
+		{name: "v1alpha1: bad schedule", version: "v1alpha1", new: db(func(d *dbv1.Database) { d.Spec.Backup = &dbv1.BackupPolicy{Schedule: "0 24 * * *"} }),
+			err: "schedule 0 24 * * * is not a valid cron expression"},
+		{name: "v1alpha1: a negative lag bound", version: "v1alpha1", new: db(func(d *dbv1.Database) { d.Spec.Failover.MaxLag = ptr.To[int64](-1) }),
+			err: "spec.failover.maxLag: Invalid value: -1: spec.failover.maxLag in body should be greater than or equal to 0"},
+		{name: "v1alpha1: as many synchronous replicas as instances", version: "v1alpha1", new: db(func(d *dbv1.Database) {
+			d.Spec.Engine, d.Spec.Version, d.Spec.Replicas = dbv1.EnginePostgreSQL, "15", 2
+			d.Spec.Replication = dbv1.ReplicationSpec{Mode: dbv1.ReplicationSynchronous, SynchronousReplicas: ptr.To[int32](2)}
+		}), err: "synchronous replication waits for replication.synchronousReplicas", warning: "every commit waits"},
+		{name: "v1alpha1: a plain-HTTP backup target", version: "v1alpha1", new: db(func(d *dbv1.Database) {
+			d.Spec.Backup = &dbv1.BackupPolicy{Target: dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "http://s3.example", Bucket: "b",
+				CredentialsSecret: dbv1.S3Credentials{Name: "s3"}}}}
+		}), err: "http://"},
+		{name: "v1alpha1: a parameter name that would add a line to my.cnf", version: "v1alpha1", new: db(func(d *dbv1.Database) {
+			d.Spec.Engine, d.Spec.Version = dbv1.EngineMySQL, "8.4"
+			d.Spec.Parameters = map[string]string{"x\n[client]\npassword": "1"}
+		}), err: "parameter names are letters, digits"},
+		{name: "v1alpha1: a name that is no DNS-1035 label", version: "v1alpha1", new: db(func(d *dbv1.Database) { d.Name = "Orders" }),
+			err: "metadata.name must be a DNS-1035 label"},
+		{name: "v1alpha1: an unchanged spec admitted before is not judged again", version: "v1alpha1",
+			old: db(func(d *dbv1.Database) { d.Spec.Failover.MaxLag = ptr.To[int64](-1) }),
+			new: db(func(d *dbv1.Database) {
+				d.Spec.Failover.MaxLag, d.Spec.DeletionPolicy = ptr.To[int64](-1), dbv1.DeletionPolicyRetain
+			})},
 		{name: "scale-down dry run", old: db(), new: db(func(d *dbv1.Database) { d.Spec.Replicas = 2 }), dryRun: true,
 			warning: "scaling down from 3 to 2"},
 		{name: "scale-down during a failover", old: db(func(d *dbv1.Database) { d.Status.PrimaryUnhealthySince = &metav1.Time{} }),
@@ -144,7 +175,11 @@ func TestValidatorRules(t *testing.T) {
 			if tt.old == nil {
 				op = admissionv1.Create
 			}
-			warnings, err := v.validate(request(op, tt.dryRun), tt.old, tt.new)
+			version := tt.version
+			if version == "" {
+				version = "v1"
+			}
+			warnings, err := v.validate(requestAs(op, tt.dryRun, version), tt.old, tt.new)
 			switch {
 			case tt.err == "" && err != nil:
 				t.Errorf("refused: %v", err)

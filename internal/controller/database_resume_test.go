@@ -1,0 +1,107 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+// TestInterruptedFailoverResumes: a failover handed the Lease to orders-1
+// and the operator died before recording or promoting it; orders-0 came
+// back, fenced (its agent lost the Lease). Today nobody would take writes
+// for ever. The next reconcile finishes the move when orders-1 has (or
+// gets) everything orders-0 holds, undoes it when orders-0 holds writes
+// orders-1 never receives (the Lease goes back, orders-0 is restarted to
+// take writes: nothing lost), and adopts orders-1 when it was promoted.
+func TestInterruptedFailoverResumes(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		old, holder      *scriptedServer
+		primary, restart string
+		holderPromoted   bool
+		event            string
+	}{
+		{name: "the holder has every write: finished", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
+			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-1", holderPromoted: true, event: "FailoverResumed"},
+		{name: "the holder catches up: finished", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 150},
+			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100, catchUpTo: 150}, primary: "orders-1", holderPromoted: true, event: "FailoverResumed"},
+		{name: "the old primary holds writes the holder never gets: undone", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 150},
+			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-0", restart: "orders-0", event: "FailoverUndone"},
+		{name: "the holder was promoted: adopted", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
+			holder: &scriptedServer{role: engine.RolePrimary, applied: 120}, primary: "orders-1", event: "PrimaryRecordRepaired"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func(d time.Duration) { resumeCatchUp = d }(resumeCatchUp)
+			resumeCatchUp = 300 * time.Millisecond
+			ctx := context.Background()
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = 2
+				db.Status.CurrentPrimary = "orders-0"
+				db.Finalizers = []string{Finalizer}
+			})
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db)},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-1"), LeaseDurationSeconds: ptr.To[int32](15)}}
+			objs := append([]client.Object{db, lease}, readyPods(db)...)
+			servers := map[string]*scriptedServer{"orders-0": tt.old, "orders-1": tt.holder}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, objs...)
+			r.Instances = scriptedConnector(c, servers)
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}); err != nil && tt.event != "FailoverUndone" {
+				t.Fatalf("reconcile: %v", err)
+			}
+			got := &dbv1.Database{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.CurrentPrimary != tt.primary {
+				t.Errorf("primary %s, want %s", got.Status.CurrentPrimary, tt.primary)
+			}
+			if promoted := slices.Contains(tt.holder.calls, "promote"); promoted != tt.holderPromoted {
+				t.Errorf("orders-1 promoted %v, want %v (calls %v)", promoted, tt.holderPromoted, tt.holder.calls)
+			}
+			if slices.Contains(tt.old.calls, "unfence") {
+				t.Errorf("the old primary was unfenced in place (calls %v)", tt.old.calls)
+			}
+			l := &coordinationv1.Lease{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
+				t.Fatal(err)
+			}
+			if holderOf(l) != tt.primary {
+				t.Errorf("the Lease names %s, want %s", holderOf(l), tt.primary)
+			}
+			events := strings.Join(eventNotes(r), "\n")
+			if !strings.Contains(events, " "+tt.event+" ") {
+				t.Errorf("events:\n%s\nwant %s", events, tt.event)
+			}
+			if restarted := strings.Contains(events, "Restarted orders-0 to take writes again"); restarted != (tt.restart == "orders-0") {
+				t.Errorf("orders-0 restarted to take writes %v, want %v; events:\n%s", restarted, tt.restart == "orders-0", events)
+			}
+		})
+	}
+}
+
+// eventNotes are the Events r emitted so far, in order ("Type Reason note").
+func eventNotes(r *DatabaseReconciler) []string {
+	var out []string
+	ch := r.Recorder.(*events.FakeRecorder).Events
+	for {
+		select {
+		case e := <-ch:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
