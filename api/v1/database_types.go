@@ -296,8 +296,8 @@ const (
 	// not become ready within the bound (--rollout-ready-timeout): the
 	// rollout stops there, and gives its turn to other Databases.
 	ReasonRolloutStuck = "RolloutStuck"
-	ReasonReconciled        = "Reconciled"
-	ReasonAsExpected        = "AsExpected"
+	ReasonReconciled   = "Reconciled"
+	ReasonAsExpected   = "AsExpected"
 )
 
 // Reasons of the Restored condition (and of Ready while a restore runs).

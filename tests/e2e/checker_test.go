@@ -614,6 +614,7 @@ func writeOnConn(d dialect, conn *sql.Conn, id int, host string) (ack, bool) {
 	}
 	return ack{id: id, ms: ms, host: host}, true
 }
+
 // faultTable collects the runs of the fault benchmarks (`make
 // bench-faults`) by scenario and engine; TestMain prints it.
 var faultTable = map[[2]string][]faultRun{}
