@@ -73,6 +73,12 @@ const MembersAnnotation = "database.example.com/members"
 // its agent has renewed knowing the new count.
 const MembersSeenAnnotation = "database.example.com/members-seen"
 
+// HolderDurationAnnotation is the Lease duration (seconds) the holder's
+// agent last renewed with: the longest it may be using, which whoever
+// takes the Lease by expiry waits for (its pod, force-deleted, may be gone
+// from the API with the duration it was started with).
+const HolderDurationAnnotation = "database.example.com/holder-duration"
+
 // MaxLagAnnotation is spec.failover.maxLag on the primary Lease (absent:
 // no bound), kept by the operator: a replica further behind than that is
 // not ready, so it leaves the read-only Service, as it is not promoted.
@@ -268,6 +274,10 @@ func (a *Agent) Run(ctx context.Context) error {
 // primary never starts without the Lease.
 func (a *Agent) startAs(ctx context.Context) (string, error) {
 	waiting := false
+	// takeover: this incarnation took the Lease over from an earlier one
+	// of its pod; outlasted: no member's confirmation keeps that one
+	// writing any more.
+	takeover, outlasted := false, false
 	for {
 		l, err := a.getLease(ctx)
 		switch {
@@ -275,9 +285,15 @@ func (a *Agent) startAs(ctx context.Context) (string, error) {
 			// An earlier incarnation of this pod holds it (deleted without a
 			// grace period: it may still run on a node that lost the API
 			// server): take it over only once that holder's renewal has
-			// expired.
+			// expired, and start the server only once no member still
+			// confirms it (the failsafe).
 			if a.incarnationExpired(l) && a.renew(ctx, l, time.Now(), true) {
-				return a.cfg.Pod, nil
+				takeover = true
+				continue
+			}
+		case err == nil && holderOf(l) == a.cfg.Pod && takeover && !outlasted:
+			if outlasted = a.outlastConfirmations(ctx); outlasted {
+				continue // renew afresh: the wait may have been long
 			}
 		case err == nil && holderOf(l) == a.cfg.Pod:
 			if a.renew(ctx, l, time.Now(), true) {
@@ -308,8 +324,13 @@ func errString(err error) string {
 }
 
 // incarnationExpired: the Lease version l (held by another incarnation of
-// this pod) has not changed for the Lease's duration plus the margin, by
-// this agent's clock, as the operator waits before it moves a Lease.
+// this pod) has not changed for the longest duration it may run with
+// (this agent's, or the one the holder renewed with) plus the margin, by
+// this agent's clock, as the operator waits before it moves a Lease. An
+// incarnation that counted itself the only instance keeps writing while
+// it cannot reach the API server: its Lease never expires that way, and
+// the new incarnation waits until someone says it is gone (the holder's
+// UID removed from the Lease, or the Lease moved).
 func (a *Agent) incarnationExpired(l *coordinationv1.Lease) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -318,8 +339,75 @@ func (a *Agent) incarnationExpired(l *coordinationv1.Lease) bool {
 		a.incarnationVersion, a.incarnationSeen = l.ResourceVersion, now
 		a.cfg.Log.Info("the primary Lease names another incarnation of this pod: waiting for it to expire before taking it",
 			"holderUID", a.holderUID, "version", l.ResourceVersion)
+		if l.Annotations[MembersSeenAnnotation] == "1" {
+			a.cfg.Log.Error(errors.New("the earlier incarnation counted itself the only instance"),
+				"not taking the primary Lease by expiry: alone, the earlier incarnation keeps writing while it cannot reach the API server; "+
+					"if that pod is gone (its node down, or deleted with no grace period), remove the Lease's annotation "+HolderUIDAnnotation,
+				"lease", a.cfg.LeaseName)
+		}
 	}
-	return now.Sub(a.incarnationSeen) > a.duration+Margin(a.duration)
+	if l.Annotations[MembersSeenAnnotation] == "1" {
+		return false
+	}
+	d := a.duration
+	if s, err := strconv.Atoi(l.Annotations[HolderDurationAnnotation]); err == nil && time.Duration(s)*time.Second > d {
+		d = time.Duration(s) * time.Second
+	}
+	return now.Sub(a.incarnationSeen) > d+Margin(d)
+}
+
+// outlastConfirmations waits, once this incarnation renewed the Lease,
+// until no other member's confirmation can keep an earlier incarnation
+// writing (the failsafe: it needs every member's). The members' views of
+// the Lease catch up within a renew interval, after which they refuse the
+// earlier incarnation; each is then asked, as the operator asks a
+// candidate, how long its last confirmation still runs, and that is
+// waited out. One member that answers is enough (the earlier incarnation
+// needs all of them); none answering: false, and the agent tries again.
+func (a *Agent) outlastConfirmations(ctx context.Context) bool {
+	a.mu.Lock()
+	n, d := a.members, a.duration
+	a.mu.Unlock()
+	i := strings.LastIndex(a.cfg.Pod, "-")
+	if n < 2 || i < 0 || (a.cfg.PeerDomain == "" && a.peerAddr == nil) {
+		return true
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(renewInterval(d) + Margin(d)):
+	}
+	var longest time.Duration
+	answered := 0
+	for k := 0; k < n; k++ {
+		peer := a.cfg.Pod[:i] + "-" + strconv.Itoa(k)
+		if peer == a.cfg.Pod {
+			continue
+		}
+		addr, cfg, err := a.peerTarget(peer)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		p, err := AskPromoting(cctx, addr, a.cfg.PeerToken, cfg)
+		cancel()
+		if err != nil {
+			continue
+		}
+		answered++
+		longest = max(longest, time.Duration(p.RemainingMillis)*time.Millisecond)
+	}
+	if answered == 0 {
+		a.cfg.Log.Info("no other member answers: cannot tell whether one still confirms an earlier incarnation of this pod; waiting")
+		return false
+	}
+	a.cfg.Log.Info("taking over from an earlier incarnation of this pod once the members' last confirmations of it ran out", "wait", longest)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(longest):
+	}
+	return true
 }
 
 // adopting: the topology says the instances start on volumes kept from an
@@ -399,6 +487,8 @@ func (a *Agent) runServer(ctx context.Context, primary string, fenced bool) erro
 		// handover.go), then the server stops at once.
 		err = a.stopServer(context.WithoutCancel(ctx), func() {
 			_ = cmd.Process.Signal(engine.ProfileOf(a.cfg.Engine).StopSignal)
+		}, func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}, done)
 	}
 	a.mu.Lock()
@@ -461,6 +551,7 @@ func (a *Agent) renew(ctx context.Context, l *coordinationv1.Lease, start time.T
 	}
 	a.mu.Lock()
 	l.Annotations[MembersSeenAnnotation] = strconv.Itoa(a.members)
+	l.Annotations[HolderDurationAnnotation] = strconv.Itoa(int(a.duration / time.Second))
 	a.mu.Unlock()
 	if _, err := a.cfg.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		a.cfg.Log.Info("renewing the primary Lease failed", "error", err.Error())

@@ -42,6 +42,9 @@ type harness struct {
 	runErr   chan error
 	cancel   context.CancelFunc
 	renewals atomic.Int32
+	// onUpdate, when set (a func(*coordinationv1.Lease)), sees every
+	// Lease update as it is made.
+	onUpdate atomic.Value
 }
 
 func lease(holder string) *coordinationv1.Lease { return leaseFor(holder, 1) }
@@ -67,6 +70,11 @@ func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool, opt
 		}
 		if action.GetVerb() == "update" {
 			h.renewals.Add(1)
+			if f, ok := h.onUpdate.Load().(func(*coordinationv1.Lease)); ok {
+				if l, ok := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease); ok {
+					f(l)
+				}
+			}
 		}
 		return false, nil, nil
 	})

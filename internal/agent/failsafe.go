@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -65,7 +66,7 @@ func (a *Agent) peerHandler() http.Handler {
 			return
 		}
 		primary := r.URL.Query().Get("primary")
-		if why := a.confirm(primary); why != "" {
+		if why := a.confirm(primary, r.URL.Query().Get("uid")); why != "" {
 			http.Error(w, why, http.StatusConflict)
 			return
 		}
@@ -97,8 +98,11 @@ func (a *Agent) authorized(r *http.Request) bool {
 }
 
 // confirm answers a primary that asks whether this member still follows
-// it: "" to confirm, else why not.
-func (a *Agent) confirm(primary string) string {
+// it: "" to confirm, else why not. The asker names its incarnation (its
+// pod's UID): an earlier incarnation of a pod that was deleted without a
+// grace period, still running on a node that lost the API server, is not
+// the one the Lease names any more once its replacement took it.
+func (a *Agent) confirm(primary, uid string) string {
 	if primary == "" || primary == a.cfg.Pod {
 		return "no primary named"
 	}
@@ -116,6 +120,8 @@ func (a *Agent) confirm(primary string) string {
 		return "this member's server takes writes"
 	case a.holder != primary:
 		return fmt.Sprintf("the primary Lease names %q", a.holder)
+	case a.holderUID != "" && uid != "" && a.holderUID != uid:
+		return fmt.Sprintf("the primary Lease names another incarnation of %s", primary)
 	}
 	a.confirmedFor = primary
 	a.confirmedUntil = time.Now().Add(a.duration + Margin(a.duration))
@@ -168,7 +174,7 @@ func (a *Agent) askPeer(ctx context.Context, peer string) error {
 	if err != nil {
 		return err
 	}
-	return call(ctx, http.MethodPost, "/v1/confirm?primary="+a.cfg.Pod, addr, a.cfg.PeerToken, cfg, nil)
+	return call(ctx, http.MethodPost, "/v1/confirm?primary="+a.cfg.Pod+"&uid="+url.QueryEscape(a.cfg.PodUID), addr, a.cfg.PeerToken, cfg, nil)
 }
 
 // peerTarget is where a member's peer channel is, and the TLS

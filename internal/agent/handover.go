@@ -24,18 +24,22 @@ import (
 // agent hands the primary role over as a switchover would:
 //
 //  1. fence the server (no application session writes any more: the
-//     engine's fence, which also ends every client session);
-//  2. read its last position, and wait, within the handover bound, until
-//     a replica has received all of it (asked over the peer channel);
-//  3. release the primary Lease (no holder) with a record of the handover
-//     (HandoverAnnotation): the operator promotes a replica at once, no
-//     Lease expiry and no failover delay, and says so in an Event;
-//  4. stop the server (the engine's fast shutdown).
+//     engine's fence, which ends every client session and waits until
+//     they are gone, so no commit in flight is acknowledged after);
+//  2. read its last position, and wait, within the handover bound (half
+//     the grace period), until a replica has received all of it (asked
+//     over the peer channel);
+//  3. stop the server (the engine's fast shutdown; killed when it does not
+//     stop in time: it is fenced, and a kill loses nothing acknowledged);
+//  4. only then release the primary Lease (no holder) with a record of the
+//     handover (HandoverAnnotation): the operator promotes a replica at
+//     once, no Lease expiry and no failover delay, and says so in an
+//     Event.
 //
 // When no replica has everything in time, the Lease is kept (the record
-// says why, and the operator warns): the server stops fenced, and the
-// failover rules apply once the Lease has expired. Two servers never take
-// writes at once: the Lease is released only by a fenced server's agent.
+// says why, and the operator warns), and the failover rules apply once it
+// has expired. Two servers never take writes at once: the Lease is
+// released only once the server is stopped.
 
 // HandoverAnnotation on the primary Lease is the last planned handover of
 // its holder (Handover, as JSON), written by that holder's agent as its
@@ -88,43 +92,67 @@ func ParseHandover(l *coordinationv1.Lease) (Handover, bool) {
 // chart's 60 s grace period: the server's own shutdown has the rest).
 const DefaultHandoverTimeout = 30 * time.Second
 
-// stopServer hands the primary role over when this server has it, then
-// stops the server with the engine's fast shutdown and waits for it.
-func (a *Agent) stopServer(ctx context.Context, stop func(), done <-chan error) error {
+// stopSlack is what the grace period keeps, after the server stopped,
+// for the Lease's release and the agent's own exit.
+const stopSlack = 5 * time.Second
+
+// stopServer runs the planned handover when this server is the primary
+// (see above), then stops the server with the engine's fast shutdown
+// (stop), kills it (kill) when it has not stopped by the time the Lease
+// must be released, and only then records the handover on the Lease. The
+// whole stays within the grace period (twice the handover bound).
+func (a *Agent) stopServer(ctx context.Context, stop, kill func(), done <-chan error) error {
 	a.mu.Lock()
 	a.stopping = true
 	a.mu.Unlock()
-	timeout := a.cfg.HandoverTimeout
-	if timeout <= 0 {
-		timeout = DefaultHandoverTimeout
+	bound := a.cfg.HandoverTimeout
+	if bound <= 0 {
+		bound = DefaultHandoverTimeout
 	}
-	hctx, cancel := context.WithTimeout(ctx, timeout)
-	a.handOver(hctx)
+	start, slack := time.Now(), min(stopSlack, bound/2)
+	hctx, cancel := context.WithDeadline(ctx, start.Add(bound))
+	h := a.prepareHandover(hctx)
 	cancel()
 	stop()
-	return <-done
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Until(start.Add(2*bound - slack))):
+		// The Lease must not move while the server may still run.
+		a.cfg.Log.Info("the server has not stopped in time: killing it (it is fenced: nothing acknowledged is lost)")
+		kill()
+		err = <-done
+	}
+	if h != nil {
+		rctx, cancel := context.WithDeadline(ctx, start.Add(2*bound-slack/2))
+		a.recordHandover(rctx, *h)
+		cancel()
+	}
+	return err
 }
 
-// handOver runs the planned handover (see above) when this agent's server
-// is the writable primary; nothing otherwise.
-func (a *Agent) handOver(ctx context.Context) {
+// prepareHandover runs the planned handover's first steps (see above)
+// when this agent's server is the writable primary: it fences the server,
+// reads its last position and waits for a replica to have it. It returns
+// the record to write once the server stopped (nil: nothing to write).
+func (a *Agent) prepareHandover(ctx context.Context) *Handover {
 	a.mu.Lock()
 	primary := a.holdsLocked() && a.running && a.writable
 	members, failover := a.members, a.failover
 	a.mu.Unlock()
 	if !primary {
-		return
+		return nil
 	}
 	log := a.cfg.Log.WithValues("step", "handover")
 	inst, err := a.openLocal(ctx)
 	if err != nil {
 		log.Error(err, "the pod is stopping: cannot reach the server to fence it; it stops without a handover")
-		return
+		return nil
 	}
 	defer inst.Close()
 	if err := inst.Fence(ctx); err != nil {
 		log.Error(err, "the pod is stopping: fencing the server failed; it stops without a handover")
-		return
+		return nil
 	}
 	a.mu.Lock()
 	a.writable = false // the guard must not take the fenced server for a writable one
@@ -132,26 +160,26 @@ func (a *Agent) handOver(ctx context.Context) {
 	st, err := inst.Status(ctx)
 	if err != nil {
 		log.Error(err, "the pod is stopping: the server is fenced, but its last position cannot be read; it stops without a handover")
-		return
+		return nil
 	}
 	log.Info("the pod is stopping: fenced the server, which takes no more writes", "position", st.Applied.String())
 	switch {
 	case members < 2:
 		log.Info("a single instance keeps the primary Lease: its pod starts again as the primary")
-		return
+		return nil
 	case !failover:
 		log.Info("failover is off: the primary Lease is kept, and the pod starts again as the primary")
-		return
+		return nil
 	}
-	h := Handover{From: a.cfg.Pod, Position: st.Applied}
+	h := &Handover{From: a.cfg.Pod, Position: st.Applied}
 	h.Replica, h.Reason = a.waitReceived(ctx, inst, st.Applied, members)
 	h.Released = h.Replica != ""
 	if h.Released {
-		log.Info("a replica received every write: releasing the primary Lease for the operator to promote at once", "replica", h.Replica)
+		log.Info("a replica received every write: the primary Lease is released once the server stopped, for the operator to promote at once", "replica", h.Replica)
 	} else {
 		log.Info("no replica received every write in time: keeping the primary Lease; the failover rules apply once it expires", "why", h.Reason)
 	}
-	a.recordHandover(context.WithoutCancel(ctx), h)
+	return h
 }
 
 // waitReceived polls the other members over the peer channel until one is
@@ -192,7 +220,7 @@ func (a *Agent) waitReceived(ctx context.Context, local engine.Instance, pos eng
 
 // recordHandover writes h on the Lease, and releases the Lease when h
 // says so, while this pod holds it (each write conditional on the version
-// read; a conflict is read again).
+// read; a conflict is read again), until ctx ends.
 func (a *Agent) recordHandover(ctx context.Context, h Handover) {
 	h.At = time.Now().UTC()
 	b, err := json.Marshal(h)
@@ -200,8 +228,8 @@ func (a *Agent) recordHandover(ctx context.Context, h Handover) {
 		a.cfg.Log.Error(err, "encoding the handover record")
 		return
 	}
-	for attempt := 0; attempt < 5; attempt++ {
-		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		l, err := a.getLease(rctx)
 		if err == nil && !a.holds() {
 			cancel()
@@ -232,8 +260,13 @@ func (a *Agent) recordHandover(ctx context.Context, h Handover) {
 			return
 		case !apierrors.IsConflict(err):
 			a.cfg.Log.Error(err, "writing the handover record on the primary Lease")
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	a.cfg.Log.Info("the handover record could not be written in time: the failover rules apply once the Lease expires")
 }
 
 // afterStop runs once the server stopped with the pod: a clean stop of a

@@ -102,13 +102,19 @@ func (h *harness) lease() *coordinationv1.Lease {
 
 // TestStoppingPrimaryHandsOver: the pod of the primary stops; its agent
 // fences the server, waits until the replica has received its last
-// position, releases the Lease with a record of the handover, and only
-// then stops the server.
+// position, stops the server, and only then releases the Lease with a
+// record of the handover.
 func TestStoppingPrimaryHandsOver(t *testing.T) {
 	var at atomic.Uint64
 	at.Store(900) // behind: the replica catches up a moment after the stop
 	h, local := stopping(t, &at, "enabled")
 	pid := h.pid()
+	var releasedWhileRunning atomic.Bool
+	h.onUpdate.Store(func(l *coordinationv1.Lease) {
+		if l.Spec.HolderIdentity == nil && alive(pid) {
+			releasedWhileRunning.Store(true)
+		}
+	})
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		at.Store(1000)
@@ -127,6 +133,9 @@ func TestStoppingPrimaryHandsOver(t *testing.T) {
 	}
 	if _, ok := l.Annotations[HolderUIDAnnotation]; ok {
 		t.Errorf("a released Lease kept a holder's UID: %v", l.Annotations)
+	}
+	if releasedWhileRunning.Load() {
+		t.Error("the Lease was released while the server still ran")
 	}
 }
 

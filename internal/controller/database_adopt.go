@@ -48,9 +48,16 @@ const topologyAdoptKey = "adopt"
 // adoptWait is how soon an adoption that waits for its instances looks again.
 const adoptWait = 5 * time.Second
 
-// adopting: the Database found its volumes kept and has no primary yet.
+// noDataMessage is the termination message of an instance whose kept
+// volume holds no data (the start scripts' topology.sh says it): no
+// candidate; it clones once a primary is chosen.
+const noDataMessage = "no data on this volume"
+
+// adopting: the Database found its volumes kept and has no primary yet
+// (none recorded in the topology either).
 func adopting(db *dbv1.Database, obs *observed) bool {
-	return db.Annotations[keptVolumesAnnotation] != "" && db.Status.CurrentPrimary == "" && (obs == nil || obs.promoted == "")
+	return db.Annotations[keptVolumesAnnotation] != "" && db.Status.CurrentPrimary == "" &&
+		(obs == nil || (obs.promoted == "" && obs.recorded == ""))
 }
 
 // reconcileKeptVolumes records, before the StatefulSet exists, the claims
@@ -87,6 +94,14 @@ func (r *DatabaseReconciler) reconcileKeptVolumes(ctx context.Context, db *dbv1.
 			strings.Join(kept, ", "))
 	}
 	if !adopting(db, obs) {
+		return nil
+	}
+	live := &corev1.ConfigMap{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, live); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading the topology: %w", err)
+	}
+	if p := live.Data[topologyPrimaryKey]; p != "" {
+		obs.recorded = p // chosen already: status follows once it serves
 		return nil
 	}
 	// Before any pod starts: a topology naming no primary, a Lease held by
@@ -128,9 +143,15 @@ func (r *DatabaseReconciler) reconcileAdopt(ctx context.Context, db *dbv1.Databa
 		return err
 	}
 	var cands []candidate
+	var empty []string
 	for _, claim := range strings.Split(db.Annotations[keptVolumesAnnotation], ",") {
 		name := strings.TrimPrefix(claim, volumeClaimTemplate+"-")
-		c, why := r.adoptionCandidate(ctx, obs, podNamed(pods, name))
+		pod := podNamed(pods, name)
+		if saysNoData(pod) {
+			empty = append(empty, name)
+			continue
+		}
+		c, why := r.adoptionCandidate(ctx, obs, pod)
 		if why != "" {
 			obs.wait(dbv1.ReasonCreating, fmt.Sprintf("choosing the primary among the kept volumes: waiting for %s (%s)", name, why))
 			obs.requeueWithin(adoptWait)
@@ -138,8 +159,46 @@ func (r *DatabaseReconciler) reconcileAdopt(ctx context.Context, db *dbv1.Databa
 		}
 		cands = append(cands, c)
 	}
+	if len(cands) == 0 {
+		// Kept, but empty: a new Database's first primary.
+		first := podNamed(pods, db.Name+"-0")
+		if first == nil {
+			obs.requeueWithin(adoptWait)
+			return nil
+		}
+		// Recorded, not promoted: it starts a new database once named,
+		// and counts as initialized only once it served.
+		if err := r.recordPrimary(ctx, db, first.Name); err != nil {
+			return err
+		}
+		if _, err := r.takeLease(ctx, db, pods, first, nil); err != nil {
+			return err
+		}
+		obs.recorded, obs.halt = first.Name, false
+		r.event(db, corev1.EventTypeNormal, "KeptVolumesAdopted", "Adopt", "no kept volume holds data (%s): %s starts a new database", strings.Join(empty, ", "), first.Name)
+		return nil
+	}
 	best, why := mostAdvanced(cands)
+	if len(empty) > 0 {
+		why += "; no data on " + strings.Join(empty, ", ")
+	}
 	return r.adopt(ctx, db, obs, pods, best, why)
+}
+
+// saysNoData: pod's database container last ended saying its volume holds
+// no data.
+func saysNoData(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		for _, t := range []*corev1.ContainerStateTerminated{c.State.Terminated, c.LastTerminationState.Terminated} {
+			if t != nil && strings.HasPrefix(t.Message, noDataMessage) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // adoptionCandidate is pod's server as it answers (why it cannot be, when
@@ -173,7 +232,7 @@ func (r *DatabaseReconciler) adoptionCandidate(ctx context.Context, obs *observe
 func mostAdvanced(cands []candidate) (candidate, string) {
 	best := cands[0]
 	for _, c := range cands[1:] {
-		if cmp, err := c.inst.Compare(c.status.Applied, best.status.Applied); err == nil && cmp > 0 {
+		if further(c, best) {
 			best = c
 		}
 	}
@@ -197,6 +256,18 @@ func mostAdvanced(cands []candidate) (candidate, string) {
 	return best, why
 }
 
+// further: c's data is further than b's; when they diverged (neither holds
+// the other's), the one that holds more, then the lower ordinal: the
+// choice never depends on the order looked at.
+func further(c, b candidate) bool {
+	if cmp, err := c.inst.Compare(c.status.Applied, b.status.Applied); err == nil {
+		return cmp > 0
+	}
+	lc, _ := c.inst.Lag(engine.Position{}, c.status.Applied)
+	lb, _ := b.inst.Lag(engine.Position{}, b.status.Applied)
+	return lc > lb || (lc == lb && podOrdinal(c.pod.Name) < podOrdinal(b.pod.Name))
+}
+
 // adopt makes best the primary: recorded in the topology, the Lease
 // handed to it (no one held it), then writable: a PostgreSQL standby is
 // promoted (a new timeline), a PostgreSQL former primary, which its start
@@ -210,10 +281,13 @@ func (r *DatabaseReconciler) adopt(ctx context.Context, db *dbv1.Database, obs *
 	if _, err := r.takeLease(ctx, db, pods, best.pod, nil); err != nil {
 		return err
 	}
-	if db.Spec.Engine == dbv1.EnginePostgreSQL && best.status.Role == engine.RolePrimary {
+	switch {
+	case db.Spec.Engine == dbv1.EnginePostgreSQL && best.status.Role == engine.RolePrimary:
 		obs.restartPod(best.pod, "start it as the primary chosen among the kept volumes")
-	} else if err := best.inst.Promote(ctx); err != nil {
-		return fmt.Errorf("promoting %s, the primary chosen among the kept volumes: %w", name, err)
+	default:
+		if err := best.inst.Promote(ctx); err != nil {
+			return fmt.Errorf("promoting %s, the primary chosen among the kept volumes: %w", name, err)
+		}
 	}
 	obs.promoted, obs.halt = name, false
 	log.FromContext(ctx).Info("chose the primary among the kept volumes", "primary", name, "why", why)

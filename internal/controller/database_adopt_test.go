@@ -32,17 +32,22 @@ func TestKeptVolumesAdopted(t *testing.T) {
 		name    string
 		servers map[string]*scriptedServer
 		restart bool
+		noData  string // an instance whose kept volume is empty
 	}{
 		{"the newest is a standby", map[string]*scriptedServer{
 			"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 150},
 			"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 180},
 			"orders-2": {role: engine.RoleReplica, readOnly: true, applied: 200},
-		}, false},
+		}, false, ""},
 		{"the newest is a former primary", map[string]*scriptedServer{
 			"orders-0": {role: engine.RoleReplica, readOnly: true, applied: 150},
 			"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 180},
 			"orders-2": {role: engine.RolePrimary, readOnly: true, applied: 200},
-		}, true},
+		}, true, ""},
+		{"an instance whose kept volume is empty is no candidate", map[string]*scriptedServer{
+			"orders-0": {role: engine.RoleReplica, readOnly: true, applied: 150},
+			"orders-2": {role: engine.RoleReplica, readOnly: true, applied: 200},
+		}, false, "orders-1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -92,9 +97,15 @@ func TestKeptVolumesAdopted(t *testing.T) {
 
 			// The pods start, each on its own data, read-only.
 			for i := range 3 {
-				if err := c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("orders-%d", i), Labels: selectorLabels(db)},
+				name := fmt.Sprintf("orders-%d", i)
+				status := corev1.ContainerStatus{Name: "database", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+				if name == tt.noData {
+					status = corev1.ContainerStatus{Name: "database", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+						LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: noDataMessage}}}
+				}
+				if err := c.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: selectorLabels(db)},
 					Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-						ContainerStatuses: []corev1.ContainerStatus{{Name: "database", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}); err != nil {
+						ContainerStatuses: []corev1.ContainerStatus{status}}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -122,7 +133,13 @@ func TestKeptVolumesAdopted(t *testing.T) {
 			if promoted == tt.restart || restarted != tt.restart {
 				t.Errorf("orders-2 promoted %v, restarted %v; want restarted %v", promoted, restarted, tt.restart)
 			}
+			if tt.noData != "" && !strings.Contains(events, "no data on "+tt.noData) {
+				t.Errorf("events do not say %s holds no data:\n%s", tt.noData, events)
+			}
 			for _, other := range []string{"orders-0", "orders-1"} {
+				if tt.servers[other] == nil {
+					continue
+				}
 				if slices.Contains(tt.servers[other].calls, "promote") || slices.Contains(tt.servers[other].calls, "unfence") {
 					t.Errorf("%s was made writable: %v", other, tt.servers[other].calls)
 				}

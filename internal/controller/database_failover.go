@@ -43,29 +43,35 @@ func (r *DatabaseReconciler) now() time.Time {
 func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	// Only a Database that has had a serving primary can lose it;
 	// obs.promoted: the primary record was repaired this reconcile.
-	if r.Instances == nil || !failoverEnabled(db) || db.Status.CurrentPrimary == "" || obs.promoted != "" {
+	if r.Instances == nil || db.Status.CurrentPrimary == "" || obs.promoted != "" {
 		return nil
 	}
 	pods, err := r.instancePods(ctx, db, obs)
 	if err != nil {
 		return err
 	}
-	primary := db.Status.CurrentPrimary
 	lease, err := r.primaryLease(ctx, db)
 	if err != nil {
 		return err
 	}
-	if holder := holderOf(lease); lease != nil && holder != "" && holder != primary {
+	switch holder := holderOf(lease); {
+	case lease != nil && holder != "" && holder != db.Status.CurrentPrimary:
 		return r.resumeInterrupted(ctx, db, obs, pods, holder)
+	case lease != nil && holder == "":
+		return r.handedOver(ctx, db, obs, pods, lease)
+	case !failoverEnabled(db):
+		return nil
 	}
-	// A stopping primary's agent released the Lease once its server was
-	// fenced and a replica had all it wrote: promote at once.
-	var handover *agent.Handover
-	if h, ok := agent.ParseHandover(lease); ok && lease != nil && holderOf(lease) == "" {
-		handover = &h
-	}
+	return r.failoverIfFailed(ctx, db, obs, pods, lease)
+}
+
+// failoverIfFailed fails over from a primary whose pod is missing or not
+// ready and whose server does not answer as a writable primary, once
+// spec.failover.delaySeconds has passed.
+func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, lease *coordinationv1.Lease) error {
+	primary := db.Status.CurrentPrimary
 	primaryPod := podNamed(pods, primary)
-	if handover == nil && primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
+	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
 		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
 		if db.Spec.Failover.MaxLag != nil {
 			r.samplePrimary(ctx, db, primaryPod, obs)
@@ -79,13 +85,6 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 	if stillWritable(ctx, obs, primaryPod) {
 		return nil // the pod is unready but the server still serves writes
 	}
-	if handover != nil {
-		r.event(db, corev1.EventTypeNormal, "PlannedHandover", "Failover",
-			"Primary %s is stopping and handed its role over: fenced at %s, which %s received; promoting a replica at once",
-			handover.From, handover.Position, handover.Replica)
-		return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{handover: handover})
-	}
-
 	now := r.now()
 	since := db.Status.PrimaryUnhealthySince
 	if since == nil {
@@ -104,6 +103,51 @@ func (r *DatabaseReconciler) reconcileFailover(ctx context.Context, db *dbv1.Dat
 		return nil
 	}
 	return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{})
+}
+
+// handedOver acts on a Lease a stopping primary's agent released (no
+// holder): its server was fenced and stopped, and a replica had all it
+// wrote. That replica (or any that holds the position) is promoted at
+// once, by the failover's steps with no delay. With failover off, or when
+// no replica holding the position answers within handoverWait of the
+// release, the role goes back to the old primary instead (its pod's next
+// incarnation starts it as the primary): never a replica that lacks its
+// writes while it still has them, never a Database left without anyone
+// allowed to take writes.
+func (r *DatabaseReconciler) handedOver(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, lease *coordinationv1.Lease) error {
+	primary := db.Status.CurrentPrimary
+	if !failoverEnabled(db) {
+		return r.giveBack(ctx, db, obs, pods, "failover is off, so no replica takes over")
+	}
+	h, _ := agent.ParseHandover(lease)
+	primaryPod := podNamed(pods, primary)
+	if stillWritable(ctx, obs, primaryPod) {
+		return nil // released, yet writable: nothing is promoted beside it
+	}
+	repl, err := obs.instances.replication(ctx)
+	if err != nil {
+		return err
+	}
+	r.event(db, corev1.EventTypeNormal, "PlannedHandover", "Failover",
+		"Primary %s is stopping and handed its role over: fenced at %s, which %s received; promoting a replica at once", primary, h.Position, h.Replica)
+	return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{handover: &h, handoverSeen: r.leases.firstSeen(lease, time.Now())})
+}
+
+// giveBack hands a released Lease back to the primary that released it:
+// its pod's next incarnation (its agent waits for the Lease) starts it as
+// the primary again, with every write it took.
+func (r *DatabaseReconciler) giveBack(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, why string) error {
+	primary := db.Status.CurrentPrimary
+	pod := podNamed(pods, primary)
+	if pod == nil || !pod.DeletionTimestamp.IsZero() {
+		obs.requeueWithin(rolloutWait) // its next incarnation comes
+		return nil
+	}
+	if _, err := r.takeLease(ctx, db, pods, pod, nil); err != nil {
+		return fmt.Errorf("giving the primary Lease back to %s: %w", primary, err)
+	}
+	r.event(db, corev1.EventTypeWarning, "PlannedHandoverReverted", "Failover", "%s takes the primary role back: %s", primary, why)
+	return nil
 }
 
 // primaryLease is the Database's primary Lease from the cache (nil when
@@ -125,7 +169,9 @@ func (r *DatabaseReconciler) primaryLease(ctx context.Context, db *dbv1.Database
 // last position), or the candidate an interrupted procedure had chosen.
 type failoverPlan struct {
 	handover *agent.Handover
-	resume   string
+	// handoverSeen is when the operator first saw the release (its clock).
+	handoverSeen time.Time
+	resume       string
 }
 
 // failoverEnabled: db has replicas to fail over to and spec.failover does
@@ -257,8 +303,17 @@ func (f *failoverRun) choose(ctx context.Context) (stepOutcome, error) {
 	}
 	cands := f.cands
 	if h := f.plan.handover; h != nil {
-		var wait time.Duration
-		if cands, wait = f.holdingHandover(); wait > 0 {
+		var (
+			wait     time.Duration
+			gaveBack bool
+			err      error
+		)
+		switch cands, wait, gaveBack, err = f.holdingHandover(ctx); {
+		case err != nil:
+			return stepOutcome{}, err
+		case gaveBack:
+			return stepOutcome{did: fmt.Sprintf("no replica can take over without %s's last writes: it takes the role back", f.primary), stop: true}, nil
+		case wait > 0:
 			return stepOutcome{did: fmt.Sprintf("no reachable replica holds %s's last position %s yet", f.primary, h.Position), wait: wait}, nil
 		}
 	}
@@ -291,9 +346,11 @@ const handoverWait = 30 * time.Second
 
 // holdingHandover are the candidates that received everything the
 // stopping primary wrote. None answering yet: wait, within handoverWait of
-// the handover; after that, every candidate (the failover rules), with an
-// Event: what the others lack is kept on the old primary's volume.
-func (f *failoverRun) holdingHandover() ([]candidate, time.Duration) {
+// the release. After that the role goes back to the old primary when its
+// pod is there (it holds every write); without it, every candidate (the
+// failover rules), with an Event: what the others lack is kept on the old
+// primary's volume.
+func (f *failoverRun) holdingHandover(ctx context.Context) ([]candidate, time.Duration, bool, error) {
 	h := f.plan.handover
 	var holding []candidate
 	for _, c := range f.cands {
@@ -305,15 +362,19 @@ func (f *failoverRun) holdingHandover() ([]candidate, time.Duration) {
 		}
 	}
 	if len(holding) > 0 {
-		return holding, 0
+		return holding, 0, false, nil
 	}
-	if left := time.Until(h.At.Add(handoverWait)); left > 0 {
-		return nil, min(left, time.Second)
+	if left := time.Until(f.plan.handoverSeen.Add(handoverWait)); left > 0 {
+		return nil, min(left, time.Second), false, nil
+	}
+	if p := f.primaryPod; p != nil && p.DeletionTimestamp.IsZero() {
+		why := fmt.Sprintf("no replica that holds its last position %s (%s received it) answers %s after the handover", h.Position, h.Replica, handoverWait)
+		return nil, 0, true, f.r.giveBack(ctx, f.db, f.obs, f.pods, why)
 	}
 	f.r.event(f.db, corev1.EventTypeWarning, "PlannedHandoverIncomplete", "Failover",
-		"No reachable replica holds %s's last position %s (%s received it) %s after its handover: choosing among the others; what they lack stays on %s's volume",
-		f.primary, h.Position, h.Replica, handoverWait, f.primary)
-	return f.cands, 0
+		"No reachable replica holds %s's last position %s (%s received it) %s after its handover, and %s has no pod: choosing among the others; what they lack stays on %s's volume",
+		f.primary, h.Position, h.Replica, handoverWait, f.primary, f.primary)
+	return f.cands, 0, false, nil
 }
 
 // fence stops what may still run of the old primary, so it takes no write
@@ -458,8 +519,9 @@ func repoint(ctx context.Context, insts []candidate, target engine.Endpoint, rep
 }
 
 // failoverCatchUp bounds how long a failover waits for the candidate to
-// apply what a fenced, reachable old primary wrote.
-const failoverCatchUp = 30 * time.Second
+// apply what a fenced, reachable old primary wrote (a variable: the unit
+// tests shorten it).
+var failoverCatchUp = 30 * time.Second
 
 // catchUpWithFenced waits, when the old primary answers (fenced now, but
 // not ready: its agent lost the Lease, say), until the candidate has

@@ -283,12 +283,15 @@ func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, p
 }
 
 // longestLeaseDuration is the longest Lease duration the holder's agent
-// may be using: the Lease's own, the operator's, and the one each instance
-// pod was started with (an agent never uses a shorter one than its pod
+// may be using: the Lease's own, the operator's, the one the holder last
+// renewed with, and the one each instance pod was started with (an agent never uses a shorter one than its pod
 // says: an operator restarted with a shorter duration must not promote
 // before a primary's guard expires).
 func (r *DatabaseReconciler) longestLeaseDuration(l *coordinationv1.Lease, pods []corev1.Pod) time.Duration {
 	d := max(r.leaseDuration(), time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0))*time.Second)
+	if s, err := strconv.Atoi(l.Annotations[agent.HolderDurationAnnotation]); err == nil {
+		d = max(d, time.Duration(s)*time.Second)
+	}
 	for i := range pods {
 		d = max(d, podLeaseDuration(&pods[i]))
 	}

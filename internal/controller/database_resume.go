@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
@@ -28,12 +30,13 @@ var resumeCatchUp = 10 * time.Second
 // resumeInterrupted acts on a Lease that names holder while status names
 // another primary:
 //   - holder serves writes: it was promoted; it is adopted as the primary;
-//   - the old primary answers and holds writes holder lacks (it came back,
-//     fenced): holder is given resumeCatchUp to receive them; if it does,
-//     the procedure is finished (the failover's steps, holder the
-//     candidate); if not, it is undone: the Lease goes back to the old
-//     primary, which is restarted to take writes again, and nothing is
-//     lost;
+//   - the procedure had not recorded holder yet (so never asked it to
+//     promote), and the old primary answers and holds writes holder lacks
+//     (it came back, fenced): holder is given resumeCatchUp to receive
+//     them; if it does, the procedure is finished (the failover's steps,
+//     holder the candidate); if not, it is undone: the Lease goes back to
+//     the old primary, which is restarted to take writes again, and
+//     nothing is lost;
 //   - otherwise the procedure is finished: holder is promoted (or, when it
 //     cannot be reached, the failover rules choose once its Lease expired).
 func (r *DatabaseReconciler) resumeInterrupted(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, holder string) error {
@@ -49,12 +52,34 @@ func (r *DatabaseReconciler) resumeInterrupted(ctx context.Context, db *dbv1.Dat
 	if err != nil {
 		return err
 	}
-	if undo, why := r.holderLacks(ctx, obs, holderPod, primaryPod); undo {
-		return r.undoInterrupted(ctx, db, obs, pods, holderPod, primaryPod, why)
+	recorded, err := r.recordedPrimary(ctx, db)
+	if err != nil {
+		return err
+	}
+	// Once recorded, the holder may have been asked to promote (the record
+	// comes first): only a move that stopped before its record is undone.
+	if recorded != holder {
+		if undo, why := r.holderLacks(ctx, obs, holderPod, primaryPod); undo {
+			return r.undoInterrupted(ctx, db, obs, pods, holderPod, primaryPod, why)
+		}
 	}
 	r.event(db, corev1.EventTypeWarning, "FailoverResumed", "Failover",
 		"The primary Lease names %s while %s is the recorded primary: a failover or switchover stopped after handing the Lease over; finishing it", holder, primary)
 	return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{resume: holder})
+}
+
+// recordedPrimary is the primary the topology names, read afresh from the
+// API server (the cache may not have seen the last record yet).
+func (r *DatabaseReconciler) recordedPrimary(ctx context.Context, db *dbv1.Database) (string, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading the topology: %w", err)
+	}
+	return cm.Data[topologyPrimaryKey], nil
 }
 
 // holderLacks says whether the old primary answers and holds writes the

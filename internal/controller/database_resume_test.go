@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -31,6 +32,7 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 		old, holder      *scriptedServer
 		primary, restart string
 		holderPromoted   bool
+		recorded         bool // the topology names the holder already
 		event            string
 	}{
 		{name: "the holder has every write: finished", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
@@ -39,12 +41,14 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100, catchUpTo: 150}, primary: "orders-1", holderPromoted: true, event: "FailoverResumed"},
 		{name: "the old primary holds writes the holder never gets: undone", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 150},
 			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-0", restart: "orders-0", event: "FailoverUndone"},
+		{name: "the holder recorded (perhaps asked to promote): finished, never undone", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 150},
+			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-1", holderPromoted: true, recorded: true, event: "FailoverResumed"},
 		{name: "the holder was promoted: adopted", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
 			holder: &scriptedServer{role: engine.RolePrimary, applied: 120}, primary: "orders-1", event: "PrimaryRecordRepaired"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			defer func(d time.Duration) { resumeCatchUp = d }(resumeCatchUp)
-			resumeCatchUp = 300 * time.Millisecond
+			defer func(d, f time.Duration) { resumeCatchUp, failoverCatchUp = d, f }(resumeCatchUp, failoverCatchUp)
+			resumeCatchUp, failoverCatchUp = 300*time.Millisecond, 300*time.Millisecond
 			ctx := context.Background()
 			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
 				db.Spec.Replicas = 2
@@ -54,6 +58,10 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db)},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-1"), LeaseDurationSeconds: ptr.To[int32](15)}}
 			objs := append([]client.Object{db, lease}, readyPods(db)...)
+			if tt.recorded {
+				objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: topologyName(db)},
+					Data: map[string]string{topologyPrimaryKey: "orders-1", topologyInitializedKey: "true"}})
+			}
 			servers := map[string]*scriptedServer{"orders-0": tt.old, "orders-1": tt.holder}
 			writes := 0
 			r, c := newFakeReconciler(t, &writes, objs...)

@@ -14,13 +14,15 @@ import (
 
 // primaryName is the pod that should carry the primary role: the one a
 // failover in this reconcile promoted, else the one status records, else
-// instance 0 for a new Database.
+// the one chosen among kept volumes, else instance 0 for a new Database.
 func primaryName(db *dbv1.Database, obs *observed) string {
-	if obs != nil && obs.promoted != "" {
+	switch {
+	case obs != nil && obs.promoted != "":
 		return obs.promoted
-	}
-	if db.Status.CurrentPrimary != "" {
+	case db.Status.CurrentPrimary != "":
 		return db.Status.CurrentPrimary
+	case obs != nil && obs.recorded != "":
+		return obs.recorded
 	}
 	return db.Name + "-0"
 }

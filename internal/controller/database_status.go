@@ -29,8 +29,12 @@ type observed struct {
 	rolloutStuck string
 	// halt: a phase found that the phases after it must not run yet (no
 	// primary chosen among kept volumes), without a failure.
-	halt    bool
-	requeue time.Duration // when to look again (a failover delay running out)
+	halt bool
+	// recorded is the primary the topology names while status names none
+	// yet: the one chosen among kept volumes (status names it once it
+	// serves).
+	recorded string
+	requeue          time.Duration // when to look again (a failover delay running out)
 
 	// Failover: when the primary was first seen failed (nil: healthy), and
 	// the pod promoted in this reconcile with the record of it.

@@ -447,7 +447,31 @@ func (m *mysqlFamily) endSessions(ctx context.Context) error {
 			return fmt.Errorf("%s %s: ending session %d: %w", m.d.name(), m.ep, id, err)
 		}
 	}
+	// KILL only flags a session: one in its commit finishes it first, and
+	// must not be acknowledged after the caller read the position it
+	// fenced at. Wait until they are gone.
+	if len(ids) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, sessionEndWait)
+	defer cancel()
+	q := "SELECT count(*) FROM information_schema.PROCESSLIST WHERE ID IN (" + joinIDs(ids) + ")"
+	if err := poll(wctx, 50*time.Millisecond, func() (bool, error) {
+		var left int
+		err := conn.QueryRowContext(wctx, q).Scan(&left)
+		return left == 0, err
+	}); err != nil {
+		return fmt.Errorf("%s %s: waiting for the ended sessions to be gone (up to %s): %w", m.d.name(), m.ep, sessionEndWait, err)
+	}
 	return nil
+}
+
+func joinIDs(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ",")
 }
 
 // errUnknownThread (ER_NO_SUCH_THREAD): the session ended on its own.

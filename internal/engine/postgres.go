@@ -144,12 +144,23 @@ func (p *postgres) Fence(ctx context.Context) error {
 	if err := p.setSystem(ctx, `ALTER SYSTEM SET default_transaction_read_only = on`, "on"); err != nil {
 		return err
 	}
-	if _, err := p.conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`); err != nil {
+	// Each session is waited for (up to sessionEndWait): one already in
+	// its commit finishes it, and must not be acknowledged after the
+	// caller read the position it fenced at.
+	var lingering int
+	if err := p.conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, $1)) FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`, sessionEndWait.Milliseconds()).Scan(&lingering); err != nil {
 		return fmt.Errorf("PostgreSQL %s: ending client sessions: %w", p.ep, err)
+	}
+	if lingering > 0 {
+		return fmt.Errorf("PostgreSQL %s: %d client sessions did not end within %s", p.ep, lingering, sessionEndWait)
 	}
 	return nil
 }
+
+// sessionEndWait bounds how long a fence waits for the sessions it ended
+// to be gone.
+const sessionEndWait = 5 * time.Second
 
 func (p *postgres) Unfence(ctx context.Context) error {
 	if err := p.fenceLogins(ctx, false); err != nil {

@@ -33,6 +33,10 @@ fi
 host="${PRIMARY_HOST:-$primary.${PEER_DOMAIN:-}}"
 port="${PRIMARY_PORT:-$default_port}"
 
+# no_data_message is what an instance without data on a kept volume says
+# (its termination message); the operator (database_adopt.go) knows it.
+no_data_message="no data on this volume"
+
 # set_aside keeps a data directory that may hold writes nobody else has.
 set_aside() {
 	aside="$data.$1-$(date -u +%Y%m%dT%H%M%SZ)"
@@ -44,6 +48,9 @@ prepare_data() {
 	if [ -n "$adopting" ]; then
 		if ! has_data; then
 			log "no data, and no primary chosen yet among the kept volumes: waiting for the operator to choose one"
+			# The operator reads it from the container's status: an
+			# instance without data is no candidate.
+			[ ! -w /dev/termination-log ] || printf '%s' "$no_data_message" >/dev/termination-log
 			exit 1
 		fi
 		adopt_data

@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
+	"example.com/database-operator/internal/engine"
+)
+
+// TestPlannedHandover: the primary's pod is stopping and its agent
+// released the Lease once a replica had its last position (100). The
+// operator promotes that replica at once (no failover delay, a Lease with
+// no holder taken at once). A replica that lacks the position is never
+// promoted while the old primary may still come back with it: after the
+// wait, the role goes back to the old primary; with failover off, at once.
+func TestPlannedHandover(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		replica   engine.LSN
+		failover  bool
+		promoted  bool
+		givenBack bool
+	}{
+		{"a replica holds the last position: promoted at once", 100, true, true, false},
+		{"no replica holds it: the old primary takes its role back", 60, true, false, true},
+		{"failover off: the old primary takes its role back", 100, false, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Replicas = 2
+				db.Spec.Failover.DelaySeconds = ptr.To[int32](3600) // a failover would wait an hour
+				db.Spec.Failover.Enabled = ptr.To(tt.failover)
+				db.Status.CurrentPrimary = "orders-0"
+				db.Finalizers = []string{Finalizer}
+			})
+			pods := readyPods(db)
+			pods[0].(*corev1.Pod).UID = types.UID("orders-0-next") // the stopping pod's next incarnation
+			h := `{"from":"orders-0","position":{"timeline":1,"lsn":100},"released":true,"replica":"orders-1","at":"2026-12-06T00:00:00Z"}`
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db),
+				// As the operator keeps them: no update of its own moves the
+				// Lease's version (when the release was first seen).
+				Annotations: map[string]string{agent.HandoverAnnotation: h, agent.MembersAnnotation: "2", agent.FailoverAnnotation: map[bool]string{true: "enabled", false: "disabled"}[tt.failover]}},
+				Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To[int32](15)}}
+			servers := map[string]*scriptedServer{
+				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: tt.replica},
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, append(pods, db, lease)...)
+			r.Instances = scriptedConnector(c, servers)
+			// The release was seen long ago: the wait for a replica holding
+			// the position is over.
+			r.leases = &leaseClock{seen: map[types.NamespacedName]leaseSighting{}}
+			l := &coordinationv1.Lease{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
+				t.Fatal(err)
+			}
+			r.leases.seen[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = leaseSighting{version: l.ResourceVersion, at: time.Now().Add(-time.Hour)}
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}); err != nil {
+				t.Fatal(err)
+			}
+			if promoted := slices.Contains(servers["orders-1"].calls, "promote"); promoted != tt.promoted {
+				t.Errorf("orders-1 promoted %v, want %v (calls %v)", promoted, tt.promoted, servers["orders-1"].calls)
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
+				t.Fatal(err)
+			}
+			want := "orders-1"
+			if tt.givenBack {
+				want = "orders-0"
+			}
+			if holderOf(l) != want {
+				t.Errorf("the Lease names %q, want %s", holderOf(l), want)
+			}
+			if tt.givenBack && holderUID(l) != "orders-0-next" {
+				t.Errorf("the Lease names incarnation %q, want the old primary's next one", holderUID(l))
+			}
+			events := strings.Join(eventNotes(r), "\n")
+			if tt.givenBack != strings.Contains(events, "PlannedHandoverReverted") || tt.promoted != strings.Contains(events, "FailoverPromoted") {
+				t.Errorf("events:\n%s", events)
+			}
+		})
+	}
+}
