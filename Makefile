@@ -188,7 +188,7 @@ test-unit: ## Unit tests (no cluster).
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -parallel 3 -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 # The API tests: schema, CEL, conversion, the webhooks, and the release
@@ -217,7 +217,7 @@ bench-failover: ## Per engine, FAILOVER_RUNS times: time to a writable -rw after
 .PHONY: test-faults
 test-faults: ## The fault scenarios once per engine on real pods (root): machine lost, primary cut off (two-writer check), former primary back, the operator killed at each step of a failover and of a switchover (24 kills), the API server restarted during a failover, control-plane outage, switchover and rolling change under writes, spec.parameters (reload and rolling restart), synchronous replication (partition; primary and a synchronous replica lost together), a lost replication slot, a replica that stops replicating, a failover beside a hung Database, an operator upgrade rolling Databases one at a time; and the routine operations: the primary's pod deleted (and force-deleted), evicted, its node drained, scale-downs past the primary, a Database re-created over kept volumes, an interrupted failover undone, a stuck rollout, a full connection table, a crash under writes.
 	@BIN=$$(hack/build-tools.sh cluster); \
-	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -v -timeout 90m ./tests/e2e/ \
+	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -count=1 -parallel 3 -v -timeout 120m ./tests/e2e/ \
 		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime|TestPrimaryPod|TestPrimaryEvicted|TestScaleDown|TestRecreatedOverKeptVolumes|TestInterruptedFailoverUndone|TestStuckRollout|TestConnectionTableFull|TestCrashDurability'
 
 .PHONY: test-full

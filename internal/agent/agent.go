@@ -274,33 +274,20 @@ func (a *Agent) Run(ctx context.Context) error {
 // primary never starts without the Lease.
 func (a *Agent) startAs(ctx context.Context) (string, error) {
 	waiting := false
-	// takeover: this incarnation took the Lease over from an earlier one
-	// of its pod; outlasted: no member's confirmation keeps that one
-	// writing any more.
-	takeover, outlasted := false, false
+	var t takeover
 	for {
 		l, err := a.getLease(ctx)
 		switch {
-		case err == nil && holderOf(l) == a.cfg.Pod && !a.holds():
-			// An earlier incarnation of this pod holds it (deleted without a
-			// grace period: it may still run on a node that lost the API
-			// server): take it over only once that holder's renewal has
-			// expired, and start the server only once no member still
-			// confirms it (the failsafe).
-			if a.incarnationExpired(l) && a.renew(ctx, l, time.Now(), true) {
-				takeover = true
-				continue
-			}
-		case err == nil && holderOf(l) == a.cfg.Pod && takeover && !outlasted:
-			if outlasted = a.outlastConfirmations(ctx); outlasted {
-				continue // renew afresh: the wait may have been long
-			}
 		case err == nil && holderOf(l) == a.cfg.Pod:
-			if a.renew(ctx, l, time.Now(), true) {
+			start, again := a.asHolder(ctx, l, &t)
+			if start {
 				return a.cfg.Pod, nil
 			}
-		case err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "":
-			return *l.Spec.HolderIdentity, nil
+			if again {
+				continue
+			}
+		case err == nil && holderOf(l) != "":
+			return holderOf(l), nil
 		case a.topologyPrimary() != a.cfg.Pod:
 			return "", nil
 		}
@@ -314,6 +301,33 @@ func (a *Agent) startAs(ctx context.Context) (string, error) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// takeover tracks a new incarnation taking the Lease over from an earlier
+// one of its pod: started once it renewed the Lease, outlasted once no
+// member's confirmation keeps the earlier one writing.
+type takeover struct{ started, outlasted bool }
+
+// asHolder decides, when the Lease names this pod, whether its server may
+// start as the primary now (start: renewed) or the Lease must be looked at
+// again at once (again). An earlier incarnation of this pod that holds it
+// (deleted without a grace period: it may still run on a node that lost
+// the API server) is taken over only once its renewal has expired, and the
+// server starts only once no member still confirms it (the failsafe); the
+// renewal that starts it is a fresh one (the wait may have been long).
+func (a *Agent) asHolder(ctx context.Context, l *coordinationv1.Lease, t *takeover) (start, again bool) {
+	switch {
+	case !a.holds():
+		if a.incarnationExpired(l) && a.renew(ctx, l, time.Now(), true) {
+			t.started = true
+			return false, true
+		}
+		return false, false
+	case t.started && !t.outlasted:
+		t.outlasted = a.outlastConfirmations(ctx)
+		return false, t.outlasted
+	}
+	return a.renew(ctx, l, time.Now(), true), false
 }
 
 func errString(err error) string {
@@ -697,7 +711,7 @@ type localServer struct {
 const reloadRetry = 30 * time.Second
 
 func (l *localServer) status(ctx context.Context) (engine.Status, error) {
-	inst, err := openLocal(ctx, l.cfg)
+	inst, err := openLocal(ctx, l.cfg, time.Second)
 	if err != nil {
 		return engine.Status{}, err
 	}
@@ -708,12 +722,13 @@ func (l *localServer) status(ctx context.Context) (engine.Status, error) {
 
 // openLocal connects to the local server as the superuser, over TLS
 // verified with the mounted CA when there is one (Config.Open instead,
-// when set).
-func openLocal(ctx context.Context, cfg Config) (engine.Instance, error) {
+// when set), each call bounded by callTimeout: a second for the checks
+// (a server slower than that is not answering), longer for a fence.
+func openLocal(ctx context.Context, cfg Config, callTimeout time.Duration) (engine.Instance, error) {
 	if cfg.Open != nil {
 		return cfg.Open(ctx)
 	}
-	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: time.Second}
+	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: callTimeout}
 	if cfg.TLSDir != "" {
 		// Read each time: the kubelet swaps the files when the CA changes.
 		ca, err := os.ReadFile(filepath.Join(cfg.TLSDir, "ca.crt"))
@@ -727,7 +742,9 @@ func openLocal(ctx context.Context, cfg Config) (engine.Instance, error) {
 	return engine.Open(ctx, cfg.Engine, cfg.Server, cfg.Superuser, opts)
 }
 
-func (a *Agent) openLocal(ctx context.Context) (engine.Instance, error) { return openLocal(ctx, a.cfg) }
+func (a *Agent) openLocal(ctx context.Context, callTimeout time.Duration) (engine.Instance, error) {
+	return openLocal(ctx, a.cfg, callTimeout)
+}
 
 // reloadRenewed has the server load its certificate and key again when
 // the files changed since it last did: the operator renews them in the

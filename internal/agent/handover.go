@@ -144,7 +144,9 @@ func (a *Agent) prepareHandover(ctx context.Context) *Handover {
 		return nil
 	}
 	log := a.cfg.Log.WithValues("step", "handover")
-	inst, err := a.openLocal(ctx)
+	// A fence waits for the sessions it ends (engine.Fence): more than a
+	// check's second.
+	inst, err := a.openLocal(ctx, engine.DefaultCallTimeout)
 	if err != nil {
 		log.Error(err, "the pod is stopping: cannot reach the server to fence it; it stops without a handover")
 		return nil
@@ -329,7 +331,7 @@ func (a *Agent) serverStatus(ctx context.Context) (engine.Status, error) {
 	if a.cfg.Check != nil {
 		return a.cfg.Check(ctx)
 	}
-	inst, err := a.openLocal(ctx)
+	inst, err := a.openLocal(ctx, time.Second)
 	if err != nil {
 		return engine.Status{}, err
 	}

@@ -9,10 +9,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	dbv1 "example.com/database-operator/api/v1"
 	helmcharts "example.com/database-operator/helm-charts"
@@ -387,5 +390,62 @@ func TestChartPortsFollowTheEngine(t *testing.T) {
 		if p := svc.Spec.Ports[0]; p.Port != want.Port || p.Name != want.PortName {
 			t.Errorf("%s: -rw serves %d %s, want %d %s", e, p.Port, p.Name, want.Port, want.PortName)
 		}
+	}
+}
+
+// TestPodDisruptionBudget: one voluntary disruption at a time; with
+// synchronous replication, never one of the replicas a commit waits for
+// (minAvailable: synchronousReplicas + 1), so a drain never stops writes.
+// The pods' grace period leaves half for the primary's handover, which
+// the agent is told; the StatefulSet's claims of removed instances follow
+// deletionPolicy.
+func TestPodDisruptionBudget(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		mutate         func(*dbv1.Database)
+		maxUnavailable string
+		minAvailable   string
+	}{
+		{"asynchronous", func(db *dbv1.Database) { db.Spec.Replicas = 3 }, "1", ""},
+		{"synchronous, one of two replicas", func(db *dbv1.Database) {
+			db.Spec.Replicas, db.Spec.Replication.Mode = 3, dbv1.ReplicationSynchronous
+		}, "", "2"},
+		{"synchronous, two of three replicas", func(db *dbv1.Database) {
+			db.Spec.Replicas, db.Spec.Replication.Mode, db.Spec.Replication.SynchronousReplicas = 4, dbv1.ReplicationSynchronous, ptr.To[int32](2)
+		}, "", "3"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			objs, err := desiredObjects(loadChart(t), newDB(dbv1.EnginePostgreSQL, tt.mutate), ValueOptions{OperatorImage: testOperatorImage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pdb := &policyv1.PodDisruptionBudget{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["PodDisruptionBudget/orders"].Object, pdb); err != nil {
+				t.Fatal(err)
+			}
+			str := func(v *intstr.IntOrString) string {
+				if v == nil {
+					return ""
+				}
+				return v.String()
+			}
+			if str(pdb.Spec.MaxUnavailable) != tt.maxUnavailable || str(pdb.Spec.MinAvailable) != tt.minAvailable {
+				t.Errorf("maxUnavailable %q, minAvailable %q; want %q, %q", str(pdb.Spec.MaxUnavailable), str(pdb.Spec.MinAvailable), tt.maxUnavailable, tt.minAvailable)
+			}
+			sts := &appsv1.StatefulSet{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["StatefulSet/orders"].Object, sts); err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{}
+			for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+				env[e.Name] = e.Value
+			}
+			if g := ptr.Deref(sts.Spec.Template.Spec.TerminationGracePeriodSeconds, 0); g != 60 || env["AGENT_HANDOVER_TIMEOUT"] != "30s" || env["AGENT_LEASE_DURATION"] != "15s" {
+				t.Errorf("grace %d, handover %q, lease %q; want 60, 30s, 15s", g, env["AGENT_HANDOVER_TIMEOUT"], env["AGENT_LEASE_DURATION"])
+			}
+			if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+				t.Errorf("claim retention %+v, want Retain when scaled (deletionPolicy Retain)", p)
+			}
+		})
 	}
 }

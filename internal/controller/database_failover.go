@@ -73,6 +73,7 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 	primaryPod := podNamed(pods, primary)
 	if primaryPod != nil && primaryPod.DeletionTimestamp.IsZero() && podReady(primaryPod) {
 		// Healthy: obs.primaryUnhealthySince stays nil, clearing any record.
+		r.unfenceLeftFenced(ctx, db, obs, primaryPod, lease)
 		if db.Spec.Failover.MaxLag != nil {
 			r.samplePrimary(ctx, db, primaryPod, obs)
 		}
@@ -103,6 +104,32 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 		return nil
 	}
 	return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{})
+}
+
+// unfenceLeftFenced lets a healthy primary that holds the Lease take
+// writes again when it was left fenced: a failover fenced it, then could
+// not take the Lease at once (it named another incarnation of the pod, or
+// had to expire) and the primary recovered before it did. Without this the
+// Database would stay without a writable primary.
+func (r *DatabaseReconciler) unfenceLeftFenced(ctx context.Context, db *dbv1.Database, obs *observed, pod *corev1.Pod, lease *coordinationv1.Lease) {
+	if lease == nil || holderOf(lease) != pod.Name || (holderUID(lease) != "" && holderUID(lease) != pod.UID) {
+		return
+	}
+	inst, err := obs.instances.get(ctx, pod)
+	if err != nil {
+		return
+	}
+	st, err := inst.Status(ctx)
+	if err != nil || st.Role != engine.RolePrimary || !st.ReadOnly {
+		return
+	}
+	if err := inst.Unfence(ctx); err != nil {
+		log.FromContext(ctx).Error(err, "unfencing the primary a failover left fenced", "primary", pod.Name)
+		return
+	}
+	log.FromContext(ctx).Info("unfenced the primary a failover left fenced", "primary", pod.Name)
+	r.event(db, corev1.EventTypeWarning, "PrimaryUnfenced", "Failover",
+		"%s holds the primary Lease and serves, but was left fenced (a failover fenced it and did not complete): it takes writes again", pod.Name)
 }
 
 // handedOver acts on a Lease a stopping primary's agent released (no

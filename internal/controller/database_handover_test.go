@@ -95,3 +95,34 @@ func TestPlannedHandover(t *testing.T) {
 		})
 	}
 }
+
+// TestPrimaryLeftFencedIsUnfenced: a failover fenced the primary, could
+// not take the Lease at once, and the primary recovered (ready, holding
+// the Lease): the failover is over, and the primary must not stay
+// read-only (the Database would have no writable primary).
+func TestPrimaryLeftFencedIsUnfenced(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Replicas = 2
+		db.Status.CurrentPrimary = "orders-0"
+		db.Finalizers = []string{Finalizer}
+	})
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-0"), LeaseDurationSeconds: ptr.To[int32](15)}}
+	servers := map[string]*scriptedServer{
+		"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},
+		"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100},
+	}
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, append(readyPods(db), db, lease)...)
+	r.Instances = scriptedConnector(c, servers)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(servers["orders-0"].calls, "unfence") || servers["orders-0"].readOnly {
+		t.Errorf("the primary left fenced was not unfenced (calls %v)", servers["orders-0"].calls)
+	}
+	if events := strings.Join(eventNotes(r), "\n"); !strings.Contains(events, "PrimaryUnfenced") {
+		t.Errorf("events:\n%s", events)
+	}
+}

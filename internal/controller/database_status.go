@@ -34,7 +34,7 @@ type observed struct {
 	// yet: the one chosen among kept volumes (status names it once it
 	// serves).
 	recorded string
-	requeue          time.Duration // when to look again (a failover delay running out)
+	requeue  time.Duration // when to look again (a failover delay running out)
 
 	// Failover: when the primary was first seen failed (nil: healthy), and
 	// the pod promoted in this reconcile with the record of it.

@@ -363,6 +363,7 @@ func wantEvents(t testing.TB, db *dbv1.Database, reasons ...string) {
 // comes back, the former primary's pod starts as a replica of the new
 // primary (PostgreSQL rewinds it) and streams from it.
 func TestFailover(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open := haDatabase(t, d, "fo", 3)
@@ -501,6 +502,7 @@ func rotateAppPassword(t testing.TB, d dialect, db *dbv1.Database, replica strin
 // acknowledged write that reached the new primary is lost, the diverged
 // data is kept on the volume, and Events say what happened.
 func TestFormerPrimaryReturns(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open, primary, _ := replicatedPair(t, d, "back")
@@ -724,6 +726,7 @@ func primaryBehindRW(t testing.TB, db *dbv1.Database, name string) string {
 // old primary follows it (PostgreSQL's is restarted by the operator and
 // rewound).
 func TestSwitchoverUnderWrites(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open := haDatabase(t, d, "sw", 2)
@@ -829,6 +832,7 @@ func noAckedWriteLost(t testing.TB, primary *sql.DB, acked []int) map[int]bool {
 // every pod ends on the new revision, no failover happens, and no
 // acknowledged write is lost.
 func TestRollingChangeSwitchesOver(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) { rollingChange(t, d) })
 	}
@@ -900,6 +904,7 @@ func BenchmarkRollingChange(b *testing.B) {
 // switchover loop (a review found the pinned, not yet updated primary was
 // switched back to and away again at every reconcile).
 func TestRollingChangeWithPinnedPrimary(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	d := dialects[1]
 	db, _ := haDatabase(t, d, "pin", 2, func(db *dbv1.Database) { db.Spec.Primary = "pin-0" })
 	ns := db.Namespace
@@ -971,6 +976,7 @@ func TestRollingChangeWithPinnedPrimary(t *testing.T) {
 // notices on its own, rebuilds it from the primary (its old data set
 // aside, never deleted) and says why; the replica then has every row.
 func TestReplicaThatCannotCatchUpIsRebuilt(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	d := dialects[1]
 	db, open, primary, _ := replicatedPair(t, d, "stuck")
 	ns := db.Namespace

@@ -14,6 +14,7 @@ import (
 // Database fails over all the same (its time is in the log, and in
 // BenchmarkFailoverBesideHungDatabase beside BenchmarkFailover's).
 func TestFailoverBesideHungDatabase(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	d := dialects[0]
 	db, _ := haDatabase(t, d, "lost", 2, func(db *dbv1.Database) { *db.Spec.Failover.DelaySeconds = 0 })
 	hang := hungBeside(t, d)

@@ -23,6 +23,7 @@ import (
 // write the old primary took that the new one lacks is set aside, not
 // deleted, once the partition heals.
 func TestPartitionedPrimaryStopsTakingWrites(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) { partitionOnce(t, d, "part", 2) })
 	}

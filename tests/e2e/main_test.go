@@ -61,6 +61,17 @@ var (
 	operatorCondition types.NamespacedName
 )
 
+// TestMain starts one control plane, one process node and one operator
+// for every test of the package.
+//
+// Parallel tests. A test that makes its own Database (in a namespace of
+// its own) and faults only its own pods (a pod's link, machine or server)
+// calls t.Parallel(): it runs beside the others once the sequential tests
+// are done (`-parallel 3`: most of their time is spent waiting on servers,
+// Leases and delays, not on the CPU). The tests that act on what every
+// Database shares stay sequential: the operator killed or restarted, the
+// API server restarted or cut off from the pods (node.BlockAPI), the node
+// cordoned or drained.
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }

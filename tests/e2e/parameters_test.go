@@ -34,6 +34,7 @@ func (d dialect) setting(c *sql.DB, name string) (string, error) {
 // the instances, the primary moved away by a switchover first: no
 // failover, every acknowledged write kept.
 func TestParameters(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	cases := map[dbv1.Engine]struct {
 		atCreation, reload, restart [3]string // name, value, as the server shows it
 	}{

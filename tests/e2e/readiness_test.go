@@ -16,6 +16,7 @@ import (
 // stream, re-points it; it then holds the primary's new rows and is back
 // in -ro.
 func TestStoppedReplicaLeavesReadOnly(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open, primary, _ := replicatedPair(t, d, "stale")

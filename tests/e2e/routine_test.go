@@ -29,7 +29,7 @@ import (
 // per write, through -rw and straight to the pods' addresses.
 
 // kubectlRun runs kubectl against the cluster, as a user would.
-func kubectlRun(t testing.TB, ns string, args ...string) string {
+func kubectlRun(t testing.TB, ns string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -37,7 +37,6 @@ func kubectlRun(t testing.TB, ns string, args ...string) string {
 	if err != nil {
 		t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
 }
 
 // TestPrimaryPodDeleted: `kubectl delete pod` of the primary, the default
@@ -49,6 +48,7 @@ func kubectlRun(t testing.TB, ns string, args ...string) string {
 // replica. (Before the agent handed over, a PostgreSQL smart shutdown let
 // open sessions commit while a replica was promoted beside it.)
 func TestPrimaryPodDeleted(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) { primaryPodDeleted(t, d, 2) })
 	}
@@ -89,7 +89,7 @@ func TestPrimaryEvicted(t *testing.T) {
 			})
 		})
 		t.Run(d.name()+"/drain", func(t *testing.T) {
-			stopPrimary(t, d, "drain", 3, func(db *dbv1.Database, pod string) {
+			stopPrimary(t, d, "drain", 3, func(db *dbv1.Database, _ string) {
 				// Only this Database's primary: the process node is the
 				// cluster's only node, so its replacement waits, Pending,
 				// until the node is uncordoned.
@@ -126,6 +126,7 @@ func evict(t testing.TB, ns, pod string) {
 // sent is set aside, never lost.
 func TestPrimaryPodForceDeleted(t *testing.T) {
 	fullTier(t)
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open := haDatabase(t, d, "force", 3)
@@ -180,6 +181,7 @@ func stopPrimary(t testing.TB, d dialect, name string, n int32, del func(db *dbv
 // acknowledged write lost, and the removed instances' claims follow
 // deletionPolicy (Delete here).
 func TestScaleDownMovesThePrimary(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	engines := dialects[:1]
 	if fullTierOn() {
 		engines = dialects
@@ -247,6 +249,7 @@ func fullTierOn() bool { return fullTierSet }
 // there.
 func TestRecreatedOverKeptVolumes(t *testing.T) {
 	fullTier(t)
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			keep := func(db *dbv1.Database) { db.Spec.DeletionPolicy = dbv1.DeletionPolicyRetain }
@@ -359,6 +362,7 @@ func TestInterruptedFailoverUndone(t *testing.T) {
 // restarted nor failed over.
 func TestConnectionTableFull(t *testing.T) {
 	fullTier(t)
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, _ := haDatabase(t, d, "full", 2, func(db *dbv1.Database) {
@@ -420,6 +424,7 @@ const agentLeaseDuration = 15 * time.Second
 // not lower them).
 func TestCrashDurability(t *testing.T) {
 	fullTier(t)
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	d := dialects[1]
 	// A long failover delay: the server is back, as the same primary, well
 	// before it (a failover could lose what the replica had not received,

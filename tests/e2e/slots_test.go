@@ -35,6 +35,7 @@ func slotState(t testing.TB, root *sql.DB, slot string) string {
 // operator sees it, says so, and has the replica rebuilt (its old data
 // set aside); once back it streams through a new slot and holds every row.
 func TestLostSlotRebuildsReplica(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	d := dialects[0]
 	if d.engine != dbv1.EnginePostgreSQL {
 		t.Fatal("dialects[0] is not PostgreSQL")

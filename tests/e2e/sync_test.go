@@ -27,6 +27,7 @@ func synchronous(k int32) func(*dbv1.Database) {
 // it), so no write it acknowledged is missing from the new primary: zero
 // lost, where asynchronous replication loses (and sets aside) some.
 func TestSynchronousPartitionLosesNoWrite(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			res := partitionOnce(t, d, "syncpart", 3, synchronous(1))
@@ -53,6 +54,7 @@ func BenchmarkSynchronousPartition(b *testing.B) {
 // operator sees both replicas' positions, promotes the furthest, and no
 // acknowledged write is lost.
 func TestSynchronousPrimaryAndStandbyLost(t *testing.T) {
+	t.Parallel() // its own Database, faults on its own pods only: see parallel in main_test.go
 	for _, d := range dialects {
 		t.Run(d.name(), func(t *testing.T) {
 			db, open := haDatabase(t, d, "synclost", 3, synchronous(1), func(db *dbv1.Database) { *db.Spec.Failover.DelaySeconds = 0 })
