@@ -112,8 +112,9 @@ func (r *DatabaseReconciler) reconcileKeptVolumes(ctx context.Context, db *dbv1.
 	return r.reconcileLease(ctx, db, obs)
 }
 
-// keptClaims are db's instance claims made before db was: kept from an
-// earlier Database of the same name.
+// keptClaims are db's instance claims made before db was (looked for
+// before its StatefulSet exists): kept from an earlier Database of the
+// same name.
 func (r *DatabaseReconciler) keptClaims(ctx context.Context, db *dbv1.Database) ([]string, error) {
 	pvcs := &corev1.PersistentVolumeClaimList{}
 	if err := r.APIReader.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
@@ -122,7 +123,10 @@ func (r *DatabaseReconciler) keptClaims(ctx context.Context, db *dbv1.Database) 
 	var kept []string
 	for i := range pvcs.Items {
 		pvc := &pvcs.Items[i]
-		if pvc.DeletionTimestamp.IsZero() && isVolumeOf(db, pvc) && pvc.CreationTimestamp.Before(&db.CreationTimestamp) {
+		// Timestamps have a second's resolution: a claim of the same second
+		// as the Database counts (before its StatefulSet exists, no claim
+		// can be its own).
+		if pvc.DeletionTimestamp.IsZero() && isVolumeOf(db, pvc) && !pvc.CreationTimestamp.After(db.CreationTimestamp.Time) {
 			kept = append(kept, pvc.Name)
 		}
 	}

@@ -134,10 +134,11 @@ func planRollout(obs *observed, pods []corev1.Pod, sts *appsv1.StatefulSet, curr
 }
 
 // rollPrimary restarts the primary, the last stale pod: after a switchover
-// to an updated replica when one can take over; in place (with an Event)
-// only when it has no replica at all. With replicas it never restarts the
-// primary it cannot switch over from (a primary it cannot reach may be cut
-// off from the operator only): it waits, and says why.
+// to an updated replica when one can take over, in place (with an Event)
+// when none ever can (no replica; the operator cannot reach the servers).
+// A restart in place is the pod's stop, whose first step is its agent's
+// planned handover: the server is fenced, and a replica that received
+// everything takes over at once (the failover rules when none did).
 func (r *DatabaseReconciler) rollPrimary(ctx context.Context, db *dbv1.Database, obs *observed, plan rolloutPlan) error {
 	current, revision := plan.primary.Name, plan.revision
 	target, why := r.switchoverCandidate(ctx, obs, plan.primary, plan.updated)
@@ -149,14 +150,10 @@ func (r *DatabaseReconciler) rollPrimary(ctx context.Context, db *dbv1.Database,
 			return fmt.Errorf("rolling out revision %s: %w", revision, err)
 		}
 		return nil
-	case len(plan.updated) > 0:
-		// Replicas exist but none can take over now: Rejoin heals them, or
-		// the primary comes back within reach.
-		if why == "" {
-			why = "no updated replica streams from it yet"
-		}
-		log.FromContext(ctx).Info("rollout waits to switch over from the primary", "primary", current, "revision", revision, "why", why)
-		obs.wait(dbv1.ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s waits to switch over from primary %s: %s", revision, current, why))
+	case len(plan.updated) > 0 && r.Instances != nil && why == "":
+		// Replicas exist but none can take over now: Rejoin heals them.
+		log.FromContext(ctx).Info("rollout waits for an updated replica that streams from the primary", "primary", current, "revision", revision)
+		obs.wait(dbv1.ReasonRollingUpdate, fmt.Sprintf("rolling out revision %s waits for an updated replica that streams from primary %s", revision, current))
 		obs.requeueWithin(10 * time.Second)
 		return nil
 	}

@@ -8,17 +8,21 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
 
 // TestDeletionPolicyRetain: deleting the Database keeps the PVCs and the
 // credentials Secret (released, so the garbage collector leaves it); a new
-// Database of the same name adopts both and comes back Running.
+// Database of the same name adopts both, and names no primary until one is
+// chosen from the kept volumes' data.
 func TestDeletionPolicyRetain(t *testing.T) {
 	ctx := context.Background()
 	db := runningDatabase(t, "kept", dbv1.EnginePostgreSQL, 2)
@@ -49,11 +53,34 @@ func TestDeletionPolicyRetain(t *testing.T) {
 		t.Errorf("retained Secret still has owners %v", secret.OwnerReferences)
 	}
 
+	// Created again, it finds its volumes: no instance may take writes
+	// until the primary is chosen from their data (their servers' positions:
+	// simulated pods run none, so here it waits; tests/e2e
+	// TestRecreatedOverKeptVolumes makes the choice on real servers).
 	again := database(ns, "kept", dbv1.EnginePostgreSQL, 2)
 	if err := testEnv.client.Create(ctx, again); err != nil {
 		t.Fatal(err)
 	}
-	got := waitRunning(t, again, 2)
+	got := &dbv1.Database{}
+	eventually(t, 60*time.Second, "the kept volumes found, no primary chosen without their data", func() string {
+		if err := testEnv.client.Get(ctx, client.ObjectKeyFromObject(again), got); err != nil {
+			return err.Error()
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionProgressing)
+		if got.Annotations["database.example.com/kept-volumes"] != "data-kept-0,data-kept-1" || c == nil ||
+			!strings.Contains(c.Message, "choosing the primary among the kept volumes") || got.Status.CurrentPrimary != "" {
+			return fmt.Sprintf("annotations %v, Progressing %+v, primary %q", got.Annotations, c, got.Status.CurrentPrimary)
+		}
+		return ""
+	})
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept-primary"}}
+	if err := get(t, lease); err != nil || lease.Spec.HolderIdentity != nil {
+		t.Errorf("the primary Lease %+v (%v): want it held by no one until the primary is chosen", lease.Spec.HolderIdentity, err)
+	}
+	topology := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kept-topology"}}
+	if err := get(t, topology); err != nil || topology.Data["primary"] != "" || topology.Data["adopt"] == "" {
+		t.Errorf("topology %v (%v): want no primary named, adopt set", topology.Data, err)
+	}
 	if err := get(t, secret); err != nil {
 		t.Fatal(err)
 	}
