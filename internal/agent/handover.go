@@ -138,11 +138,18 @@ func (a *Agent) stopServer(ctx context.Context, stop, kill func(), done <-chan e
 func (a *Agent) prepareHandover(ctx context.Context) *Handover {
 	a.mu.Lock()
 	primary := a.holdsLocked() && a.running && a.writable
-	members, failover := a.members, a.failover
 	a.mu.Unlock()
 	if !primary {
 		return nil
 	}
+	// The last views may be a few seconds old: a switchover may have just
+	// moved the Lease and fenced the server.
+	if _, err := a.getLease(ctx); err == nil && !a.holds() {
+		return nil
+	}
+	a.mu.Lock()
+	members, failover := a.members, a.failover
+	a.mu.Unlock()
 	log := a.cfg.Log.WithValues("step", "handover")
 	// A fence waits for the sessions it ends (engine.Fence): more than a
 	// check's second.
@@ -152,6 +159,9 @@ func (a *Agent) prepareHandover(ctx context.Context) *Handover {
 		return nil
 	}
 	defer inst.Close()
+	if st, err := inst.Status(ctx); err == nil && !st.Writable() {
+		return nil // fenced or a replica already: nothing to hand over
+	}
 	if err := inst.Fence(ctx); err != nil {
 		log.Error(err, "the pod is stopping: fencing the server failed; it stops without a handover")
 		return nil
@@ -192,7 +202,13 @@ func (a *Agent) waitReceived(ctx context.Context, local engine.Instance, pos eng
 	if i < 0 {
 		return "", "the pod's name has no ordinal"
 	}
-	for {
+	for round := 0; ; round++ {
+		// Once a second: a switchover may move the Lease meanwhile.
+		if round%20 == 0 {
+			if _, err := a.getLease(ctx); err == nil && !a.holds() {
+				return "", "the primary Lease moved meanwhile"
+			}
+		}
 		var seen []string
 		for k := 0; k < members; k++ {
 			peer := a.cfg.Pod[:i] + "-" + strconv.Itoa(k)

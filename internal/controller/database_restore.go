@@ -186,7 +186,7 @@ func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database
 	}
 	var primary *corev1.Pod
 	for i := range pods {
-		if pods[i].Name == primaryName(db, obs) && pods[i].DeletionTimestamp.IsZero() && podReady(&pods[i]) {
+		if pods[i].Name == primaryName(db, obs) && pods[i].DeletionTimestamp.IsZero() && podReady(&pods[i]) && !obs.restarting(pods[i].Name) {
 			primary = &pods[i]
 		}
 	}

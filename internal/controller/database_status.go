@@ -95,6 +95,17 @@ func (o *observed) requeueWithin(d time.Duration) {
 	}
 }
 
+// restarting: pod is restarted by this reconcile (its Topology phase
+// deletes it): nothing may be started against it now.
+func (o *observed) restarting(pod string) bool {
+	for _, p := range o.restart {
+		if p.Name == pod {
+			return true
+		}
+	}
+	return false
+}
+
 func (o *observed) restartPod(pod *corev1.Pod, why string) {
 	if o.restartWhy == nil {
 		o.restartWhy = map[string]string{}

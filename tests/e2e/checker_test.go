@@ -249,7 +249,10 @@ func (c *checker) lost(res *faultRun, final *sql.DB, from string) {
 	pattern := map[dbv1.Engine]string{dbv1.EnginePostgreSQL: "diverged-wal-*/pgdata", dbv1.EngineMariaDB: "*rebuild*"}[c.d.engine]
 	var aside []string
 	eventually(t, 3*time.Minute, "the former primary's diverged writes set aside", func() string {
-		if aside, _ = filepath.Glob(filepath.Join(claim, pattern)); len(aside) == 0 {
+		found, _ := filepath.Glob(filepath.Join(claim, pattern))
+		// Not one still being written (<dir>.tmp, renamed once complete).
+		aside = slices.DeleteFunc(found, func(dir string) bool { return strings.Contains(dir, ".tmp") })
+		if len(aside) == 0 {
 			return "nothing set aside in " + claim
 		}
 		return ""

@@ -441,6 +441,9 @@ func logPods(t testing.TB, ns string) {
 		}
 	}
 	for _, p := range pods.Items {
+		for uid, log := range node.DeletedLogs(p.Namespace, p.Name, "database") {
+			t.Logf("--- %s (deleted incarnation %s)/database log:\n%s", p.Name, uid, tail(agentLines(string(log)), 4000))
+		}
 		t.Logf("pod %s: phase %s, node %q, statuses %+v", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.ContainerStatuses)
 		for _, c := range p.Spec.Containers {
 			if log, err := node.Logs(p.Namespace, p.Name, c.Name, false); err == nil {
@@ -448,6 +451,18 @@ func logPods(t testing.TB, ns string) {
 			}
 		}
 	}
+}
+
+// agentLines are the agent's lines of a database container's log (the
+// server's own lines are many).
+func agentLines(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "agent:") || strings.Contains(l, "-start:") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {

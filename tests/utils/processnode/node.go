@@ -387,9 +387,39 @@ func (n *Node) stopPod(uid types.UID, remove bool, pod ...*corev1.Pod) {
 		delete(n.grace, p.Namespace+"/"+p.Name)
 		n.mu.Unlock()
 		if ok {
+			n.keepLogs(r.w)
 			_ = os.RemoveAll(r.w.dir)
 		}
 	}
+}
+
+// keepLogs keeps a deleted pod's container logs, for a test to read after
+// the pod is gone (DeletedLogs): the agent of a stopping pod says there
+// what it did.
+func (n *Node) keepLogs(w *podWorker) {
+	dst := filepath.Join(n.opts.Dir, "deleted", strings.ReplaceAll(w.key, "/", "_")+"_"+string(w.pod.UID))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+		_ = os.Rename(filepath.Join(w.dir, "logs"), dst)
+	}
+}
+
+// DeletedLogs returns, by pod UID, what a container of the deleted
+// incarnations of a pod wrote in its last start.
+func (n *Node) DeletedLogs(namespace, pod, container string) map[string][]byte {
+	out := map[string][]byte{}
+	dirs, _ := filepath.Glob(filepath.Join(n.opts.Dir, "deleted", namespace+"_"+pod+"_*"))
+	for _, d := range dirs {
+		logs, _ := filepath.Glob(filepath.Join(d, container, "*.log"))
+		sort.Strings(logs)
+		if len(logs) == 0 {
+			continue
+		}
+		b, err := os.ReadFile(logs[len(logs)-1])
+		if err == nil {
+			out[strings.TrimPrefix(filepath.Base(d), namespace+"_"+pod+"_")] = b
+		}
+	}
+	return out
 }
 
 // Logs returns what a container of a pod on this node wrote to its stdout
@@ -486,6 +516,7 @@ func (n *Node) forget(uid types.UID) {
 	}
 	n.mu.Unlock()
 	if ok {
+		n.keepLogs(r.w)
 		_ = os.RemoveAll(r.w.dir)
 	}
 }
