@@ -146,11 +146,22 @@ func (p *postgres) Fence(ctx context.Context) error {
 	}
 	// Each session is waited for (up to sessionEndWait): one already in
 	// its commit finishes it, and must not be acknowledged after the
-	// caller read the position it fenced at.
-	var lingering int
-	if err := p.conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT pg_terminate_backend(pid, $1)) FROM pg_stat_activity
-		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`, sessionEndWait.Milliseconds()).Scan(&lingering); err != nil {
+	// caller read the position it fenced at. A session that ended on its
+	// own meanwhile is no failure: those still there afterwards are.
+	var pids []int32
+	if err := p.conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&pids); err != nil {
+		return fmt.Errorf("PostgreSQL %s: listing client sessions: %w", p.ep, err)
+	}
+	if len(pids) == 0 {
+		return nil
+	}
+	if _, err := p.conn.Exec(ctx, `SELECT pg_terminate_backend(pid, $2) FROM unnest($1::int[]) AS pid`, pids, sessionEndWait.Milliseconds()); err != nil {
 		return fmt.Errorf("PostgreSQL %s: ending client sessions: %w", p.ep, err)
+	}
+	var lingering int
+	if err := p.conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&lingering); err != nil {
+		return fmt.Errorf("PostgreSQL %s: checking the ended sessions: %w", p.ep, err)
 	}
 	if lingering > 0 {
 		return fmt.Errorf("PostgreSQL %s: %d client sessions did not end within %s", p.ep, lingering, sessionEndWait)
