@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -172,4 +173,24 @@ func (k killSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, errKilled
 	}
 	return k.next.RoundTrip(r)
+}
+
+// restartOperatorWith restarts the operator with its options changed by
+// change (as an operator upgraded or started with other flags), and
+// restarts it with the options it had when t ends.
+func restartOperatorWith(t testing.TB, change func(*controller.Options)) {
+	t.Helper()
+	op.kill()
+	saved := op.opts
+	t.Cleanup(func() {
+		op.kill()
+		op.opts = saved
+		if err := op.restart(); err != nil {
+			t.Error(err)
+		}
+	})
+	change(&op.opts)
+	if err := op.restart(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/controller"
 )
 
 // Routine operations are faults too: the most common things done to a
@@ -469,19 +470,7 @@ func TestStuckRolloutLetsOthersRoll(t *testing.T) {
 	d := dialects[0]
 	a, _ := haDatabase(t, d, "stuck", 2)
 	b, _ := haDatabase(t, d, "rolls", 2)
-	op.kill()
-	saved := op.opts
-	t.Cleanup(func() {
-		op.kill()
-		op.opts = saved
-		if err := op.restart(); err != nil {
-			t.Error(err)
-		}
-	})
-	op.opts.ConcurrentRollouts, op.opts.RolloutReadyTimeout = 1, 30*time.Second
-	if err := op.restart(); err != nil {
-		t.Fatal(err)
-	}
+	restartOperatorWith(t, func(o *controller.Options) { o.ConcurrentRollouts, o.RolloutReadyTimeout = 1, 30*time.Second })
 	// A value PostgreSQL refuses at start: the restarted replica crash-loops.
 	updateDatabase(t, a, func(db *dbv1.Database) { db.Spec.Parameters = map[string]string{"shared_buffers": "999TB"} })
 	eventually(t, time.Minute, a.Name+"'s rollout under way", func() string {

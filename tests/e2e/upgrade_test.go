@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/controller"
 )
 
 // TestUpgradeRollsAFewDatabasesAtATime: an operator upgrade to a new image
@@ -66,19 +67,7 @@ func TestUpgradeRollsAFewDatabasesAtATime(t *testing.T) {
 		}
 	}()
 
-	op.kill()
-	saved := op.opts
-	t.Cleanup(func() {
-		op.kill()
-		op.opts = saved
-		if err := op.restart(); err != nil {
-			t.Error(err)
-		}
-	})
-	op.opts.Values.OperatorImage, op.opts.ConcurrentRollouts = operatorImageNext, 1
-	if err := op.restart(); err != nil {
-		t.Fatal(err)
-	}
+	restartOperatorWith(t, func(o *controller.Options) { o.Values.OperatorImage, o.ConcurrentRollouts = operatorImageNext, 1 })
 	eventually(t, 5*time.Minute, "every Database restarted on the new image", func() string {
 		mu.Lock()
 		defer mu.Unlock()
