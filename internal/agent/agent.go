@@ -649,10 +649,7 @@ func (a *Agent) holdsLocked() bool {
 // checkLoop asks the local server, every second, whether it answers and
 // takes writes.
 func (a *Agent) checkLoop(ctx context.Context) {
-	check := a.cfg.Check
-	if check == nil {
-		check = (&localServer{cfg: a.cfg}).status
-	}
+	check := a.checkFunc()
 	for ctx.Err() == nil {
 		a.mu.Lock()
 		running := a.running
@@ -692,6 +689,14 @@ func (a *Agent) checkLoop(ctx context.Context) {
 }
 
 const checkInterval = time.Second
+
+// checkFunc is how the agent asks its server for its state.
+func (a *Agent) checkFunc() func(context.Context) (engine.Status, error) {
+	if a.cfg.Check != nil {
+		return a.cfg.Check
+	}
+	return (&localServer{cfg: a.cfg}).status
+}
 
 // localServer checks the local server over a new connection each time: a
 // server whose PostgreSQL postmaster hangs still answers on a connection
@@ -822,11 +827,37 @@ func (a *Agent) guardLoop(ctx context.Context) {
 		l, err := a.getLease(rctx)
 		renewed := err == nil && a.holds() && a.renew(rctx, l, start, false)
 		cancel()
-		if !renewed {
+		if !renewed && !(err == nil && a.fencedNow(ctx)) {
 			a.demote()
 		}
 	}
 }
+
+// fencedNow asks the server, briefly, whether it still takes writes, once
+// the Lease was read and names another holder. A switchover fences the
+// server and hands the Lease on within a second: the last check may be
+// older than the fence, and killing a fenced server turns its clean stop
+// into crash recovery. A Lease taken after it expired was acted on at
+// validUntil already; a server that does not answer in time is stopped.
+func (a *Agent) fencedNow(ctx context.Context) bool {
+	if a.holds() {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, fenceCheckTimeout)
+	defer cancel()
+	st, err := a.checkFunc()(cctx)
+	if err != nil || st.Writable() {
+		return false
+	}
+	a.mu.Lock()
+	a.writable = false
+	a.mu.Unlock()
+	return true
+}
+
+// fenceCheckTimeout bounds fencedNow: a local server answers in
+// milliseconds.
+const fenceCheckTimeout = 500 * time.Millisecond
 
 // demote stops the server at once (SIGKILL to its process group): it may
 // no longer take writes, and a hung server answers no fence. Crash

@@ -216,6 +216,41 @@ func TestNonHolderThatTakesWritesIsStopped(t *testing.T) {
 	}
 }
 
+// TestSwitchedOverPrimaryIsNotKilled: a switchover fences the primary and
+// hands the Lease on within a second, before the agent's next check sees
+// the fence. The guard, finding the Lease moved, asks the server again:
+// fenced, it is left to stop cleanly (a kill would make its next start a
+// crash recovery); one that still took writes would be stopped at once
+// (TestNonHolderThatTakesWritesIsStopped).
+func TestSwitchedOverPrimaryIsNotKilled(t *testing.T) {
+	h := start(t, "db-0", leaseFor("db-0", 6), true)
+	waitFor(t, "the server answering", 5*time.Second, func() bool { return h.agent.notReady() == "" })
+	pid := h.pid()
+	h.setWritable(false) // the operator fenced it
+	l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptr.To("db-1")
+	if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The last check, older than the fence, said writable.
+	h.agent.mu.Lock()
+	h.agent.writable = true
+	h.agent.mu.Unlock()
+	if _, err := h.agent.getLease(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if h.pid() != pid || !alive(pid) {
+		t.Fatalf("the fenced former primary (pid %d) was killed: %v", pid, h.starts())
+	}
+	if alive(pid) && h.agent.demoted {
+		t.Error("the agent recorded a demotion of a fenced server")
+	}
+}
+
 // TestPromotedReplicaKeepsRunning: the operator hands the Lease to a
 // replica and promotes it at once; its agent's check finds it writable
 // before its next renewal (a 6 s Lease: renewals 2 s apart) and

@@ -912,6 +912,10 @@ func TestRollingChangeWithPinnedPrimary(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(db), db); err != nil {
 		t.Fatal(err)
 	}
+	before, err := cs.AppsV1().StatefulSets(ns).Get(ctx, db.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
 	if err := k8s.Update(ctx, db); err != nil {
 		t.Fatal(err)
@@ -937,6 +941,11 @@ func TestRollingChangeWithPinnedPrimary(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
+		// Until the change reaches the StatefulSet, every pod is at its
+		// (old) update revision: that is no rollout done.
+		if sts.Status.UpdateRevision == before.Status.UpdateRevision || sts.Status.ObservedGeneration != sts.Generation {
+			return "the change has not reached the StatefulSet"
+		}
 		for _, name := range []string{"pin-0", "pin-1"} {
 			p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -955,7 +964,8 @@ func TestRollingChangeWithPinnedPrimary(t *testing.T) {
 		return ""
 	})
 	waitRunning(t, db, 2, 3*time.Minute)
-	eventually(t, 10*time.Second, "the two switchovers recorded", func() string {
+	// Events are written asynchronously: a few seconds.
+	eventually(t, 30*time.Second, "the two switchovers recorded", func() string {
 		if n := switchovers(); n < 2 {
 			return fmt.Sprintf("%d SwitchoverCompleted Events", n)
 		}
