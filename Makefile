@@ -193,7 +193,7 @@ test-integration: ## Integration tests on a real local control plane.
 
 # The API tests: schema, CEL, conversion, the webhooks, and the release
 # checks (tests/integration/compat_test.go).
-API_TESTS = TestInvalidCreatesAreRejected|TestInvalidUpdatesAreRejected|TestNameLengthIsBounded|TestInvalidBackupsAreRejected|TestConversionBothWays|TestWebhookDefaults|TestWebhookRefusals|TestWarningsAndAudit|TestStoredBeforeStorageSwitch|TestWebhookCertificateReload|TestV1alpha1WritesKeepV1Rules|TestBackupTargetsNeedSecretAccess|TestBackupTargetSecretsAreChecked|TestTheRequestedRelease|TestCELNewerThanTheServerIsRefused|TestBadSpecsRefusedThroughBothVersions
+API_TESTS = TestInvalidCreatesAreRejected|TestInvalidUpdatesAreRejected|TestNameLengthIsBounded|TestInvalidBackupsAreRejected|TestConversionBothWays|TestWebhookDefaults|TestWebhookRefusals|TestWarningsAndAudit|TestStoredBeforeStorageSwitch|TestWebhookCertificateReload|TestV1alpha1WritesKeepV1Rules|TestBackupTargetsNeedSecretAccess|TestBackupTargetSecretsAreChecked|TestTheRequestedRelease|TestCELNewerThanTheServerIsRefused|TestBadSpecsRefusedThroughBothVersions|TestEveryUnsafeSettingRefused
 FLOOR_VERSION = $(shell cd hack/tools/kube-floor && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Version}}' k8s.io/kubernetes)
 
 .PHONY: test-floor

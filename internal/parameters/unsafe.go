@@ -2,6 +2,7 @@ package parameters
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -94,4 +95,15 @@ func Unsafe(engine, name, value string) string {
 		return ""
 	}
 	return fmt.Sprintf("%s = %s is refused: %s", Normalize(engine, name), value, s.why)
+}
+
+// UnsafeNames lists the settings engine refuses at some value, sorted (the
+// admission tests try each).
+func UnsafeNames(engine string) []string {
+	var names []string
+	for name := range unsafeSettings[engine] {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -33,6 +33,7 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 	dbv1alpha1 "example.com/database-operator/api/v1alpha1"
 	"example.com/database-operator/internal/controller"
+	"example.com/database-operator/internal/parameters"
 	webhookv1 "example.com/database-operator/internal/webhook/v1"
 	"example.com/database-operator/tests/utils/localcluster"
 )
@@ -698,5 +699,53 @@ func TestBadSpecsRefusedThroughBothVersions(t *testing.T) {
 				_ = cl.Delete(ctx, alpha)
 			}
 		})
+	}
+}
+
+// TestEveryUnsafeSettingRefused: every setting of the unsafe table
+// (internal/parameters/unsafe.go), per engine, at a value that makes it
+// dangerous, is refused through v1 and v1alpha1 with the reason the table
+// gives, and nothing is stored.
+func TestEveryUnsafeSettingRefused(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cl, _ := userClient(t, "")
+	versions := map[dbv1.Engine]string{dbv1.EnginePostgreSQL: "15", dbv1.EngineMariaDB: "10.11", dbv1.EngineMySQL: "8.4"}
+	for engine, version := range versions {
+		names := parameters.UnsafeNames(string(engine))
+		if len(names) == 0 {
+			t.Fatalf("%s: no unsafe setting in the table", engine)
+		}
+		for _, name := range names {
+			value, why := "", ""
+			for _, v := range []string{"off", "0", "ON", "IDEMPOTENT", "none", "2", "/etc/passwd"} {
+				if why = parameters.Unsafe(string(engine), name, v); why != "" {
+					value = v
+					break
+				}
+			}
+			if why == "" {
+				t.Errorf("%s: no value of %s is refused", engine, name)
+				continue
+			}
+			mutate := func(d *dbv1.Database) {
+				d.Spec.Engine, d.Spec.Version = engine, version
+				d.Spec.Parameters = map[string]string{name: value}
+			}
+			v1db := database(ns, "unsafe", engine, 2, mutate)
+			if err := cl.Create(ctx, v1db); err == nil || !strings.Contains(err.Error(), why) {
+				t.Errorf("%s %s = %s through v1: %v, want refused with %q", engine, name, value, err, why)
+				_ = cl.Delete(ctx, v1db)
+			}
+			alpha := &dbv1alpha1.Database{}
+			if err := alpha.ConvertFrom(database(ns, "unsafe", engine, 2, mutate)); err != nil {
+				t.Fatal(err)
+			}
+			alpha.APIVersion, alpha.Kind = dbv1alpha1.GroupVersion.String(), "Database"
+			if err := cl.Create(ctx, alpha); err == nil || !strings.Contains(err.Error(), why) {
+				t.Errorf("%s %s = %s through v1alpha1: %v, want refused with %q", engine, name, value, err, why)
+				_ = cl.Delete(ctx, alpha)
+			}
+		}
 	}
 }
