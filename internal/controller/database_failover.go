@@ -87,6 +87,15 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 		return nil // the pod is unready but the server still serves writes
 	}
 	now := r.now()
+	if r.handoverUnderWay(primaryPod, lease, pods, now) {
+		// Its agent fences the server, waits for a replica, stops it and
+		// releases the Lease (handedOver promotes at once), or keeps it
+		// and these rules apply once it expired: a failover now would
+		// only race it.
+		log.FromContext(ctx).V(1).Info("the primary's pod is stopping and its agent still renews the Lease: waiting for its handover", "primary", primary)
+		obs.requeueWithin(time.Second)
+		return nil
+	}
 	since := db.Status.PrimaryUnhealthySince
 	if since == nil {
 		since = &metav1.Time{Time: now}
@@ -104,6 +113,17 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 		return nil
 	}
 	return r.failover(ctx, db, obs, pods, primaryPod, repl, failoverPlan{})
+}
+
+// handoverUnderWay: the primary's pod is being deleted, within its grace
+// period, and the Lease names it and was renewed within its duration (as
+// the operator saw it): its agent is at its planned handover.
+func (r *DatabaseReconciler) handoverUnderWay(pod *corev1.Pod, lease *coordinationv1.Lease, pods []corev1.Pod, now time.Time) bool {
+	if pod == nil || pod.DeletionTimestamp.IsZero() || now.After(pod.DeletionTimestamp.Time) ||
+		lease == nil || holderOf(lease) != pod.Name || (holderUID(lease) != "" && holderUID(lease) != pod.UID) {
+		return false
+	}
+	return time.Since(r.leases.firstSeen(lease, time.Now())) < r.longestLeaseDuration(lease, pods)
 }
 
 // unfenceLeftFenced lets a healthy primary that holds the Lease take

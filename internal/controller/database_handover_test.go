@@ -126,3 +126,58 @@ func TestPrimaryLeftFencedIsUnfenced(t *testing.T) {
 		t.Errorf("events:\n%s", events)
 	}
 }
+
+// TestStoppingPrimaryIsNotFailedOver: the primary's pod is being deleted
+// and its agent, at its planned handover (fenced, waiting for a replica),
+// still renews the Lease. The pod is not ready and the server takes no
+// writes, as a failed primary's, but no failover starts: it would race the
+// handover (an eviction on real pods did, before this). Once the Lease has
+// not been renewed for its duration (the agent is gone), or the pod's
+// grace period is over, the failover rules apply.
+func TestStoppingPrimaryIsNotFailedOver(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		renewed   time.Duration // how long ago the operator saw the Lease's version
+		deadline  time.Duration // the pod's deletion deadline, from now
+		failsOver bool
+	}{
+		{"its agent renews, within the grace period: it waits", 0, 30 * time.Second, false},
+		{"the Lease no longer renewed: failover", time.Hour, 30 * time.Second, true},
+		{"the grace period over: failover", 0, -time.Second, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, pods := failedPrimary()
+			old := pods[0].(*corev1.Pod)
+			old.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(tt.deadline)}
+			old.Finalizers = []string{"test.example.com/keep"} // a deleting object needs one
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db),
+				Annotations: map[string]string{agent.MembersAnnotation: "2", agent.FailoverAnnotation: "enabled"}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-0"), LeaseDurationSeconds: ptr.To[int32](15)}}
+			servers := map[string]*scriptedServer{
+				"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},
+				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100},
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, append(pods, db, lease)...)
+			r.Instances = scriptedConnector(c, servers)
+			r.leases = &leaseClock{seen: map[types.NamespacedName]leaseSighting{}}
+			l := &coordinationv1.Lease{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
+				t.Fatal(err)
+			}
+			r.leases.seen[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = leaseSighting{version: l.ResourceVersion, at: time.Now().Add(-tt.renewed)}
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+			if err != nil {
+				t.Logf("reconcile: %v", err)
+			}
+			events := strings.Join(eventNotes(r), "\n")
+			if started := strings.Contains(events, "FailoverStarted"); started != tt.failsOver {
+				t.Errorf("failover started %v, want %v; events:\n%s", started, tt.failsOver, events)
+			}
+			if !tt.failsOver && (res.RequeueAfter == 0 || res.RequeueAfter > time.Second) {
+				t.Errorf("requeued after %s, want within a second (the handover is watched)", res.RequeueAfter)
+			}
+		})
+	}
+}

@@ -37,7 +37,7 @@ func instancesToRun(db *dbv1.Database) int32 {
 
 // scaleDownWait is how soon a scale-down that waits for a replica to move
 // the primary to looks again.
-const scaleDownWait = 10 * time.Second
+const scaleDownWait = 2 * time.Second
 
 // reconcileScaleDown moves the primary off an ordinal a scale-down
 // removes: a switchover to the surviving replica that streams from it and

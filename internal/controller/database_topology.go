@@ -55,12 +55,28 @@ func (r *DatabaseReconciler) reconcileTopology(ctx context.Context, db *dbv1.Dat
 		return err
 	}
 	for _, pod := range obs.restart {
+		if removedByScaleDown(db, obs, pod.Name) {
+			// The StatefulSet deletes it as it shrinks and marks its claim
+			// for deletion through it (whenScaled): a pod deleted first
+			// would leave the claim behind.
+			continue
+		}
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("restarting %s: %w", pod.Name, err)
 		}
 		r.event(db, corev1.EventTypeNormal, "InstanceRestarted", "Restart", "Restarted %s to %s", pod.Name, obs.restartWhy[pod.Name])
 	}
 	return nil
+}
+
+// removedByScaleDown: pod's ordinal is one a scale-down removes, and it is
+// not the primary (which moves first).
+func removedByScaleDown(db *dbv1.Database, obs *observed, pod string) bool {
+	primary := db.Status.CurrentPrimary
+	if obs.promoted != "" {
+		primary = obs.promoted
+	}
+	return podOrdinal(pod) >= int(max(db.Spec.Replicas, 1)) && pod != primary
 }
 
 // recordPrimary writes pod as the primary into the topology before it is

@@ -103,10 +103,10 @@ func benchRuns(b *testing.B, scenario string, once func(b *testing.B, d dialect)
 			}
 			faultTable[[2]string{scenario, d.name()}] = runs
 			var toRW []time.Duration
-			var two time.Duration
+			var two, gap time.Duration
 			lost := 0
 			for _, r := range runs {
-				toRW, two, lost = append(toRW, r.toRW), max(two, r.twoWriters), lost+r.lost
+				toRW, two, lost, gap = append(toRW, r.toRW), max(two, r.twoWriters), lost+r.lost, max(gap, r.rwGap)
 			}
 			slices.Sort(toRW)
 			b.Logf("%s %s: time to writable -rw, sorted: %v", d.name(), scenario, toRW)
@@ -114,6 +114,7 @@ func benchRuns(b *testing.B, scenario string, once func(b *testing.B, d dialect)
 			b.ReportMetric(float64(percentile(toRW, 0.95).Milliseconds()), "p95-ms")
 			b.ReportMetric(float64(two.Milliseconds()), "two-writers-ms")
 			b.ReportMetric(float64(lost), "lost-set-aside")
+			b.ReportMetric(float64(gap.Milliseconds()), "max-rw-pause-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}

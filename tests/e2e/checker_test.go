@@ -34,6 +34,11 @@ type faultRun struct {
 	// acked writes in all; lost: those the final primary lacks (with
 	// asynchronous replication each must be set aside, never deleted).
 	acked, lost int
+	// rwGap: the longest time -rw acknowledged no write, from the last
+	// acknowledgement before the fault on. A planned move (a scale-down,
+	// a rollout) keeps the old primary serving until it hands over: toRW
+	// counts that time, rwGap only the pause the application sees.
+	rwGap time.Duration
 }
 
 // ack is one acknowledged write and the server's clock just after it (the
@@ -167,12 +172,30 @@ func (c *checker) stop(movedFrom string) faultRun {
 	if res.toRW == 0 {
 		t.Errorf("no write through %s-rw after the fault", c.db.Name)
 	}
+	res.rwGap = longestGap(c.rwAck, c.fault)
 	res.twoWriters = c.twoWriters()
 	for _, acks := range c.acks {
 		res.acked += len(acks)
 	}
-	t.Logf("writes acknowledged: %v; -rw writable %s after the fault", c.counts(), res.toRW.Round(time.Millisecond))
+	t.Logf("writes acknowledged: %v; -rw writable %s after the fault; the longest pause of -rw %s", c.counts(), res.toRW.Round(time.Millisecond), res.rwGap.Round(time.Millisecond))
 	return res
+}
+
+// longestGap is the longest time between two acknowledgements in a row
+// (by their clocks) of which the later came after from.
+func longestGap(acks []ack, from time.Time) time.Duration {
+	ms := make([]int64, 0, len(acks))
+	for _, a := range acks {
+		ms = append(ms, a.ms)
+	}
+	slices.Sort(ms)
+	var gap time.Duration
+	for i := 1; i < len(ms); i++ {
+		if ms[i] >= from.UnixMilli() {
+			gap = max(gap, time.Duration(ms[i]-ms[i-1])*time.Millisecond)
+		}
+	}
+	return gap
 }
 
 // twoWriters is the longest time two servers both took writes: each
@@ -624,7 +647,8 @@ var faultTable = map[[2]string][]faultRun{}
 
 // printFaultTable prints the table the README keeps: per scenario and
 // engine, the runs, writes lost (all set aside when any), the longest
-// two-writer time and p50/p95 of the time to a writable -rw.
+// two-writer time, p50/p95 of the time to a writable -rw and the longest
+// pause of -rw.
 func printFaultTable() {
 	if len(faultTable) == 0 {
 		return
@@ -639,19 +663,19 @@ func printFaultTable() {
 		}
 		return strings.Compare(a[1], b[1])
 	})
-	fmt.Println("\n| scenario | engine | runs | acknowledged writes lost (set aside) | max two-writer time | p50 / p95 time to writable -rw |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("\n| scenario | engine | runs | acknowledged writes lost (set aside) | max two-writer time | p50 / p95 time to writable -rw | longest pause of -rw |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, k := range keys {
 		runs := faultTable[k]
 		var toRW []time.Duration
-		var two time.Duration
+		var two, gap time.Duration
 		lost, acked := 0, 0
 		for _, r := range runs {
-			toRW, two = append(toRW, r.toRW), max(two, r.twoWriters)
+			toRW, two, gap = append(toRW, r.toRW), max(two, r.twoWriters), max(gap, r.rwGap)
 			lost, acked = lost+r.lost, acked+r.acked
 		}
 		slices.Sort(toRW)
-		fmt.Printf("| %s | %s | %d | %d of %d | %s | %s / %s |\n", k[0], k[1], len(runs), lost, acked, two,
-			percentile(toRW, 0.5).Round(100*time.Millisecond), percentile(toRW, 0.95).Round(100*time.Millisecond))
+		fmt.Printf("| %s | %s | %d | %d of %d | %s | %s / %s | %s |\n", k[0], k[1], len(runs), lost, acked, two,
+			percentile(toRW, 0.5).Round(100*time.Millisecond), percentile(toRW, 0.95).Round(100*time.Millisecond), gap.Round(100*time.Millisecond))
 	}
 }

@@ -208,6 +208,7 @@ func scaleDown(t testing.TB, d dialect, to int32) faultRun {
 	updateDatabase(t, db, func(db *dbv1.Database) { db.Spec.Primary = top })
 	eventually(t, 3*time.Minute, top+" the primary behind -rw", func() string { return primaryBehindRW(t, db, top) })
 	waitRunning(t, db, 3, 3*time.Minute)
+	replicasFollow(t, db, open, top, 3, 1000)
 	writes := watchWrites(t, d, db, open, 30*time.Second, top)
 	time.Sleep(2 * time.Second)
 	writes.faultNow()
@@ -238,6 +239,35 @@ func scaleDown(t testing.TB, d dialect, to int32) faultRun {
 	return res
 }
 
+// replicasFollow waits until every instance other than primary is ready
+// and has applied a row (id) written on primary now: status may count a
+// replica ready while it is restarted to follow a new primary (PostgreSQL
+// rewinds a former one), and a fault injected then finds no replica.
+func replicasFollow(t testing.TB, db *dbv1.Database, open func(string) *sql.DB, primary string, instances, id int) {
+	t.Helper()
+	ns, note := db.Namespace, fmt.Sprintf("follow-%d", id)
+	c := open(podIP(t, ns, primary))
+	insert(t, c, id, id, note)
+	_ = c.Close()
+	for i := range instances {
+		replica := fmt.Sprintf("%s-%d", db.Name, i)
+		if replica == primary {
+			continue
+		}
+		eventually(t, 3*time.Minute, replica+" following "+primary, func() string {
+			if p, err := cs.CoreV1().Pods(ns).Get(context.Background(), replica, metav1.GetOptions{}); err != nil || !podReady(p) {
+				return replica + " not ready"
+			}
+			return atPod(t, open, ns, replica, func(c *sql.DB) string {
+				if n, err := notes(c); err != nil || n[note] != 1 {
+					return fmt.Sprintf("%v (%v)", n, err)
+				}
+				return ""
+			})
+		})
+	}
+}
+
 // fullTierOn: E2E_FULL is set (make test-faults).
 func fullTierOn() bool { return fullTierSet }
 
@@ -260,6 +290,7 @@ func TestRecreatedOverKeptVolumes(t *testing.T) {
 			updateDatabase(t, db, func(db *dbv1.Database) { db.Spec.Primary = top })
 			eventually(t, 3*time.Minute, top+" the primary behind -rw", func() string { return primaryBehindRW(t, db, top) })
 			waitRunning(t, db, 3, 3*time.Minute)
+			replicasFollow(t, db, open, top, 3, 1000)
 			// The replicas stop receiving; the primary goes on taking writes.
 			for _, replica := range []string{db.Name + "-0", db.Name + "-1"} {
 				if err := node.Partition(ns, replica); err != nil {
