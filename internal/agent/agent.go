@@ -178,6 +178,9 @@ type Agent struct {
 	answered, childStarted time.Time
 	everAnswered           bool
 	writable               bool
+	// writableSince: when the checks first found the server writable in
+	// this run (zero while it is not).
+	writableSince time.Time
 	// A replica's replication, as last checked: when it last streamed (or
 	// its server started), and how much it received but has not applied.
 	replica  bool
@@ -506,7 +509,7 @@ func (a *Agent) runServer(ctx context.Context, primary string, fenced bool) erro
 		}, done)
 	}
 	a.mu.Lock()
-	a.running, a.child, a.writable = false, nil, false
+	a.running, a.child, a.writable, a.writableSince = false, nil, false, time.Time{}
 	a.mu.Unlock()
 	return err
 }
@@ -673,6 +676,9 @@ func (a *Agent) checkLoop(ctx context.Context) {
 					a.streamed = now // the grace starts with the first answer as a replica
 				}
 				a.answered, a.everAnswered = now, true
+				if st.Writable() && !a.writable {
+					a.writableSince = now
+				}
 				a.writable = st.Writable()
 				a.replica, a.behind = st.Role == engine.RoleReplica, st.Behind
 				if st.Streaming {
@@ -827,10 +833,30 @@ func (a *Agent) guardLoop(ctx context.Context) {
 		l, err := a.getLease(rctx)
 		renewed := err == nil && a.holds() && a.renew(rctx, l, start, false)
 		cancel()
-		if !renewed && !(err == nil && a.fencedNow(ctx)) {
+		switch {
+		case renewed:
+		case (err != nil || a.holds()) && a.justPromoted():
+			a.cfg.Log.Info("the server was just promoted and its primary Lease could not be confirmed yet; trying again", "error", fmt.Sprint(err))
+		case err == nil && a.fencedNow(ctx):
+		default:
 			a.demote()
 		}
 	}
+}
+
+// justPromoted: the server turned writable while this agent held no Lease
+// (validUntil zero), less than the margin ago. The operator promotes a
+// replica only once it took the Lease in its name, so for these first
+// moments a Lease read that failed, or a renewal that lost a race with the
+// operator's own write, is tried again rather than taken for a Lease held
+// by another: a busy API server slower than the guard's one-second read
+// had this agent kill the server the operator had just promoted (the
+// promotion failed half-way and the failover went round again). A Lease
+// read that names another holder still stops it at once.
+func (a *Agent) justPromoted() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.validUntil.IsZero() && !a.writableSince.IsZero() && time.Since(a.writableSince) < Margin(a.duration)
 }
 
 // fencedNow asks the server, briefly, whether it still takes writes, once

@@ -277,6 +277,54 @@ func TestPromotedReplicaKeepsRunning(t *testing.T) {
 	}
 }
 
+// TestPromotedReplicaOutlivesASlowLeaseRead: the operator hands the Lease
+// to a replica and promotes it while the API server does not answer the
+// agent: its guard tries again for the margin instead of killing the
+// server the operator just promoted (a busy API server made the e2e
+// eviction test's failover go round twice). A Lease that stays unreadable
+// still stops it once the margin ran out.
+func TestPromotedReplicaOutlivesASlowLeaseRead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		downFor  time.Duration
+		survives bool
+	}{
+		{name: "read again in time", downFor: 800 * time.Millisecond, survives: true},
+		{name: "never read", downFor: 3 * time.Second, survives: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, "db-1", leaseFor("db-0", 6), false)
+			waitFor(t, "the server answering", 5*time.Second, func() bool { return h.agent.notReady() == "" })
+			pid := h.pid()
+			l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Spec.HolderIdentity = ptr.To("db-1")
+			if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			h.apiDown.Store(true)
+			h.setWritable(true) // promoted
+			waitFor(t, "the agent finding its server writable", 5*time.Second, func() bool {
+				h.agent.mu.Lock()
+				defer h.agent.mu.Unlock()
+				return h.agent.writable
+			})
+			time.Sleep(tc.downFor)
+			h.apiDown.Store(false)
+			time.Sleep(time.Second)
+			stopped := h.pid() != pid || !alive(pid)
+			if tc.survives && stopped {
+				t.Fatalf("the promoted server (pid %d) was stopped for a Lease read that failed once: %v", pid, h.starts())
+			}
+			if !tc.survives && !stopped {
+				t.Fatalf("the promoted server (pid %d) kept running although its Lease could not be read for %s (margin %s)", pid, tc.downFor, Margin(6*time.Second))
+			}
+		})
+	}
+}
+
 // TestPrimaryWaitsForTheLease: the topology names this pod, and there is
 // no Lease yet: the server does not start until the Lease names it.
 func TestPrimaryWaitsForTheLease(t *testing.T) {

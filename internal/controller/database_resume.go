@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -44,6 +45,15 @@ func (r *DatabaseReconciler) resumeInterrupted(ctx context.Context, db *dbv1.Dat
 	holderPod, primaryPod := podNamed(pods, holder), podNamed(pods, primary)
 	if holderPod != nil && stillWritable(ctx, obs, holderPod) {
 		obs.promoted = holder
+		// The failover that promoted it is recorded as such: the one the
+		// topology holds, or, when the record was lost, this adoption.
+		obs.failover = &dbv1.FailoverRecord{Time: metav1.Time{Time: r.now()}, From: primary, To: holder,
+			Reason: fmt.Sprintf("adopted: the primary Lease had moved to %s, which serves writes, before status said so", holder)}
+		if topology, err := r.recordedTopology(ctx, db); err == nil {
+			if f := failoverRecordedTo(db, topology, holder); f != nil {
+				obs.failover = f
+			}
+		}
 		r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",
 			"the primary Lease names %s, which serves as a writable primary, while status names %s: %s is the primary", holder, primary, holder)
 		return nil
@@ -71,15 +81,22 @@ func (r *DatabaseReconciler) resumeInterrupted(ctx context.Context, db *dbv1.Dat
 // recordedPrimary is the primary the topology names, read afresh from the
 // API server (the cache may not have seen the last record yet).
 func (r *DatabaseReconciler) recordedPrimary(ctx context.Context, db *dbv1.Database) (string, error) {
+	topology, err := r.recordedTopology(ctx, db)
+	return topology[topologyPrimaryKey], err
+}
+
+// recordedTopology is the topology's data, read afresh from the API server
+// (nil when there is none yet).
+func (r *DatabaseReconciler) recordedTopology(ctx context.Context, db *dbv1.Database) (map[string]string, error) {
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", nil
+		return nil, nil
 	case err != nil:
-		return "", fmt.Errorf("reading the topology: %w", err)
+		return nil, fmt.Errorf("reading the topology: %w", err)
 	}
-	return cm.Data[topologyPrimaryKey], nil
+	return cm.Data, nil
 }
 
 // holderLacks says whether the old primary answers and holds writes the

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -76,6 +78,9 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 			if got.Status.CurrentPrimary != tt.primary {
 				t.Errorf("primary %s, want %s", got.Status.CurrentPrimary, tt.primary)
 			}
+			if f := got.Status.LastFailover; tt.primary == "orders-1" && (f == nil || f.From != "orders-0" || f.To != "orders-1") {
+				t.Errorf("last failover %+v, want one from orders-0 to orders-1", f)
+			}
 			if promoted := slices.Contains(tt.holder.calls, "promote"); promoted != tt.holderPromoted {
 				t.Errorf("orders-1 promoted %v, want %v (calls %v)", promoted, tt.holderPromoted, tt.holder.calls)
 			}
@@ -111,5 +116,78 @@ func eventNotes(r *DatabaseReconciler) []string {
 		default:
 			return out
 		}
+	}
+}
+
+// TestHalfPromotedRecordStays: an interrupted failover left the Lease
+// naming orders-1; the next reconcile finishes it, records orders-1 in the
+// topology and asks it to promote, and the promotion fails half-way
+// (orders-1's server stopped under it and restarts, unreachable). The
+// record must stay orders-1's: writing status's primary back into it
+// pointed the services at the old primary for a while and lost the
+// failover's record (the e2e eviction test saw both). Once orders-1
+// serves writes it is adopted with the failover the topology recorded.
+func TestHalfPromotedRecordStays(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Replicas = 3
+		db.Status.CurrentPrimary = "orders-0"
+		db.Finalizers = []string{Finalizer}
+	})
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-1"), LeaseDurationSeconds: ptr.To[int32](15),
+			RenewTime: &metav1.MicroTime{Time: time.Now()}}}
+	servers := map[string]*scriptedServer{
+		"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},
+		"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100, promoteErr: errors.New("connection reset by peer")},
+		"orders-2": {role: engine.RoleReplica, readOnly: true, applied: 100},
+	}
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, append([]client.Object{db, lease}, readyPods(db)...)...)
+	r.Instances = scriptedConnector(c, servers)
+	topology := func() map[string]string {
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: topologyName(db)}, cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data
+	}
+	reconcile := func() error {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+		return err
+	}
+
+	if err := reconcile(); err == nil {
+		t.Fatal("the reconcile whose promotion failed returned no error")
+	}
+	if got := topology()[topologyPrimaryKey]; got != "orders-1" {
+		t.Fatalf("the topology names %q after the promotion failed half-way, want orders-1 (the Lease's holder)", got)
+	}
+	var rec dbv1.FailoverRecord
+	if err := json.Unmarshal([]byte(topology()[topologyFailoverKey]), &rec); err != nil || rec.To != "orders-1" {
+		t.Fatalf("the topology's failover record %q (%v), want one to orders-1", topology()[topologyFailoverKey], err)
+	}
+	delete(servers, "orders-1") // restarting
+	_ = reconcile()             // the failover chooses orders-2 and waits for the Lease
+	if got := topology()[topologyPrimaryKey]; got != "orders-1" {
+		t.Fatalf("the topology names %q while orders-1 restarts, want orders-1 (the Lease's holder)", got)
+	}
+	if slices.Contains(servers["orders-0"].calls, "unfence") {
+		t.Errorf("the old primary was unfenced (calls %v)", servers["orders-0"].calls)
+	}
+
+	servers["orders-1"] = &scriptedServer{role: engine.RolePrimary, applied: 120} // started as the primary
+	if err := reconcile(); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	got := &dbv1.Database{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(db), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.CurrentPrimary != "orders-1" || topology()[topologyPrimaryKey] != "orders-1" {
+		t.Fatalf("primary %q, recorded %q: want orders-1", got.Status.CurrentPrimary, topology()[topologyPrimaryKey])
+	}
+	if f := got.Status.LastFailover; f == nil || f.To != "orders-1" || !f.Time.Equal(&rec.Time) {
+		t.Errorf("last failover %+v, want the recorded %+v", f, rec)
 	}
 }

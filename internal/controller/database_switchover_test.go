@@ -100,7 +100,7 @@ func (i scriptedInstance) Close() error { return nil }
 // readyPods are db's first two instance pods, Ready.
 func readyPods(db *dbv1.Database) []client.Object {
 	var pods []client.Object
-	for i := range 2 {
+	for i := range max(2, int(db.Spec.Replicas)) {
 		pods = append(pods, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: fmt.Sprintf("%s-%d", db.Name, i), Labels: selectorLabels(db)},
 			Status:     corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},

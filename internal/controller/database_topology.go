@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -120,6 +121,19 @@ func (r *DatabaseReconciler) writeTopology(ctx context.Context, db *dbv1.Databas
 				return fmt.Errorf("the topology names %s the primary, which serves writes, while status names %s: the record stays (the next reconcile adopts %s)",
 					recorded, want[topologyPrimaryKey], recorded)
 			}
+			// A failover records its candidate after it took the Lease in
+			// its name and before it promotes it: a promotion that failed
+			// half-way (the candidate's server stopped under it) leaves a
+			// server that does not serve writes yet may have taken some.
+			// The Failover phase finishes that move; going back on it here
+			// pointed the services at the old primary for a while.
+			l := &coordinationv1.Lease{}
+			if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("reading the primary Lease: %w", err)
+			} else if err == nil && holderOf(l) == recorded {
+				return fmt.Errorf("the topology and the primary Lease name %s the primary while status names %s: the record stays (the Failover phase finishes the move to %s)",
+					recorded, want[topologyPrimaryKey], recorded)
+			}
 		}
 	}
 	return r.applyTopology(ctx, db, want)
@@ -219,6 +233,17 @@ func (r *DatabaseReconciler) applyTopology(ctx context.Context, db *dbv1.Databas
 // one and never the server the replicas follow. One that does not was
 // never promoted: nothing changes and the Topology phase writes status's
 // primary back into the record.
+// failoverRecordedTo is the failover the topology records to the named
+// instance when status has not recorded it yet (nil otherwise).
+func failoverRecordedTo(db *dbv1.Database, topology map[string]string, to string) *dbv1.FailoverRecord {
+	var f dbv1.FailoverRecord
+	if err := json.Unmarshal([]byte(topology[topologyFailoverKey]), &f); err != nil || f.To != to ||
+		(db.Status.LastFailover != nil && db.Status.LastFailover.Time.Equal(&f.Time)) {
+		return nil
+	}
+	return &f
+}
+
 func (r *DatabaseReconciler) reconcilePrimaryRecord(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	if r.Instances == nil || db.Status.CurrentPrimary == "" {
 		return nil
@@ -239,11 +264,7 @@ func (r *DatabaseReconciler) reconcilePrimaryRecord(ctx context.Context, db *dbv
 	}
 	obs.promoted = recorded
 	// A failover whose status write was lost is recorded all the same.
-	var f dbv1.FailoverRecord
-	if err := json.Unmarshal([]byte(live.Data[topologyFailoverKey]), &f); err == nil && f.To == recorded &&
-		(db.Status.LastFailover == nil || !db.Status.LastFailover.Time.Equal(&f.Time)) {
-		obs.failover = &f
-	}
+	obs.failover = failoverRecordedTo(db, live.Data, recorded)
 	log.FromContext(ctx).Info("adopting the recorded primary", "recorded", recorded, "status", current)
 	r.event(db, corev1.EventTypeWarning, "PrimaryRecordRepaired", "Adopt",
 		"status named %s the primary while the topology names %s, which serves as a writable primary (promoted by a reconcile that ended before status said so): %s is the primary",
