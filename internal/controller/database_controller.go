@@ -59,6 +59,8 @@ type DatabaseReconciler struct {
 	// for a primary that cannot be fenced.
 	LeaseDuration time.Duration
 	leases        *leaseClock
+	// restarts: the primary pods already reported as restarting.
+	restarts *restartLog
 	// Agents reaches the instance agents' peer channel before a promotion;
 	// nil skips it (unit tests, whose servers have no agent).
 	Agents AskPromoting

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -96,6 +98,18 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 		obs.requeueWithin(time.Second)
 		return nil
 	}
+	if wait, ok := r.primaryRestarting(primaryPod, lease, pods, now); ok {
+		// Its agent takes the Lease once the earlier incarnation's ran
+		// out, and starts the server on the same volume: nothing
+		// acknowledged is lost, where a replica may lack the last writes.
+		if r.restarts.first(primaryPod.UID) {
+			r.event(db, corev1.EventTypeNormal, "PrimaryRestarting", "Failover",
+				"Primary %s came back as a new pod on its volume; it takes the primary Lease once its earlier incarnation's has run out: no replica is promoted in its place unless it has not within %s",
+				primary, wait.Round(time.Second))
+		}
+		obs.requeueWithin(min(wait, 2*time.Second))
+		return nil
+	}
 	since := db.Status.PrimaryUnhealthySince
 	if since == nil {
 		since = &metav1.Time{Time: now}
@@ -124,6 +138,54 @@ func (r *DatabaseReconciler) handoverUnderWay(pod *corev1.Pod, lease *coordinati
 		return false
 	}
 	return time.Since(r.leases.firstSeen(lease, time.Now())) < r.longestLeaseDuration(lease, pods)
+}
+
+// restartAllowance is how long a primary's new pod may take, past the
+// earlier incarnation's Lease and its agent's wait for the members'
+// confirmations, to take the Lease and start its server before a replica
+// is promoted in its place.
+const restartAllowance = 30 * time.Second
+
+// primaryRestarting: the primary's pod was made again (deleted, even
+// forcibly, or restarted by the operator) and runs, while the Lease still
+// names its earlier incarnation. The new incarnation's agent takes the
+// Lease once that one's has run out (see the agent's incarnation rules)
+// and starts the server on the same volume, which holds every write the
+// earlier one acknowledged: a failover would race it for the same expiry
+// and promote a replica that may lack some. It says how long it waits
+// still, twice the Lease's longest duration with its margin plus
+// restartAllowance after the operator first saw this Lease version.
+func (r *DatabaseReconciler) primaryRestarting(pod *corev1.Pod, lease *coordinationv1.Lease, pods []corev1.Pod, now time.Time) (time.Duration, bool) {
+	if pod == nil || !pod.DeletionTimestamp.IsZero() || !podStarted(pod) ||
+		lease == nil || holderOf(lease) != pod.Name || holderUID(lease) == "" || holderUID(lease) == pod.UID {
+		return 0, false
+	}
+	d := r.longestLeaseDuration(lease, pods)
+	left := r.leases.firstSeen(lease, now).Add(2*(d+agent.Margin(d)) + restartAllowance).Sub(now)
+	return left, left > 0
+}
+
+// restartLog remembers the primary pods (by UID) reported as restarting:
+// the reconciles that wait for one must not repeat its Event. A nil log
+// reports every time.
+type restartLog struct {
+	mu   sync.Mutex
+	seen map[types.UID]bool
+}
+
+// first says whether uid is reported for the first time.
+func (l *restartLog) first(uid types.UID) bool {
+	if l == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[types.UID]bool{}
+	}
+	seen := l.seen[uid]
+	l.seen[uid] = true
+	return !seen
 }
 
 // unfenceLeftFenced lets a healthy primary that holds the Lease take

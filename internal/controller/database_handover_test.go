@@ -181,3 +181,67 @@ func TestStoppingPrimaryIsNotFailedOver(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartedPrimaryIsNotFailedOver: the primary's pod was made again
+// (a forced delete, or the operator restarting it to start it as the
+// primary chosen among kept volumes) and its new incarnation runs, its
+// agent waiting for the earlier incarnation's Lease to run out before it
+// takes it and starts the server on the same volume. A failover then
+// raced it for the same expiry and promoted a replica that lacked the
+// primary's last writes (the e2e kept-volumes test lost 20 of 40 that
+// way). No replica is promoted while the new incarnation may still take
+// the Lease; once that has long passed, the failover rules apply.
+func TestRestartedPrimaryIsNotFailedOver(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		seen      time.Duration // how long ago the operator saw the Lease's version
+		sameUID   bool          // the Lease names the running incarnation
+		failsOver bool
+	}{
+		{"a new incarnation waits for the Lease: no failover", 0, false, false},
+		{"the new incarnation never took the Lease: failover", time.Hour, false, true},
+		{"the incarnation the Lease names failed: failover", 0, true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			db, pods := failedPrimary()
+			restarted := pods[0].(*corev1.Pod)
+			restarted.UID = "new-incarnation"
+			restarted.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: databaseContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			uid := "earlier-incarnation"
+			if tt.sameUID {
+				uid = string(restarted.UID)
+			}
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db),
+				Annotations: map[string]string{agent.MembersAnnotation: "2", agent.FailoverAnnotation: "enabled", agent.HolderUIDAnnotation: uid}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-0"), LeaseDurationSeconds: ptr.To[int32](15)}}
+			// orders-0's server has not started: its agent waits for the Lease.
+			servers := map[string]*scriptedServer{"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 90}}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, append(pods, db, lease)...)
+			r.Instances = scriptedConnector(c, servers)
+			r.leases = &leaseClock{seen: map[types.NamespacedName]leaseSighting{}}
+			l := &coordinationv1.Lease{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
+				t.Fatal(err)
+			}
+			r.leases.seen[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = leaseSighting{version: l.ResourceVersion, at: time.Now().Add(-tt.seen)}
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+			if err != nil {
+				t.Logf("reconcile: %v", err)
+			}
+			events := strings.Join(eventNotes(r), "\n")
+			if started := strings.Contains(events, "FailoverCandidateChosen"); started != tt.failsOver {
+				t.Errorf("failover started %v, want %v; events:\n%s", started, tt.failsOver, events)
+			}
+			if !tt.failsOver {
+				if !strings.Contains(events, "PrimaryRestarting") {
+					t.Errorf("no PrimaryRestarting Event; events:\n%s", events)
+				}
+				if res.RequeueAfter == 0 || res.RequeueAfter > 2*time.Second {
+					t.Errorf("requeued after %s, want within 2 s (the new incarnation is watched)", res.RequeueAfter)
+				}
+			}
+		})
+	}
+}

@@ -131,6 +131,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 		LeaseDuration: opts.PrimaryLeaseDuration,
 		leases:        &leaseClock{},
+		restarts:      &restartLog{},
 		Agents:        AgentPromoting,
 
 		BackupMetrics: backupMetrics,

@@ -129,12 +129,27 @@ func (c *checker) waitRW(notIP string, timeout time.Duration) {
 	})
 }
 
+// waitRWFrom waits for a write through -rw, after the fault, on a server
+// other than notServer (pod@uid): the pod made again may take the role
+// back, at the same address, as another incarnation.
+func (c *checker) waitRWFrom(notServer string, timeout time.Duration) {
+	c.t.Helper()
+	eventually(c.t, timeout, "a write through -rw after the fault", func() string {
+		for _, a := range c.rwNow() {
+			if a.ms >= c.fault.UnixMilli() && c.book.server(a.host, a.ms) != notServer {
+				return ""
+			}
+		}
+		return "none yet"
+	})
+}
+
 // faultNow marks the moment of the fault.
 func (c *checker) faultNow() { c.fault = time.Now() }
 
 // stop ends the writers (the in-pod ones when their time is up), and
-// reports the time to a writable -rw (on a pod other than movedFrom,
-// when given) and the longest time two servers took writes, failing t
+// reports the time to a writable -rw (on a pod, or a server pod@uid,
+// other than movedFrom, when given) and the longest time two servers took writes, failing t
 // when two did. Servers are incarnations: a pod deleted and made again
 // is another server, so an old incarnation still taking writes beside its
 // replacement counts.
@@ -164,8 +179,9 @@ func (c *checker) stop(movedFrom string) faultRun {
 		c.byPod[pod] = append(c.byPod[pod], a)
 	}
 	for _, a := range c.rwAck {
-		pod, _, _ := strings.Cut(c.book.server(a.host, a.ms), "@")
-		if a.ms >= c.fault.UnixMilli() && pod != movedFrom && (res.toRW == 0 || time.UnixMilli(a.ms).Sub(c.fault) < res.toRW) {
+		server := c.book.server(a.host, a.ms)
+		pod, _, _ := strings.Cut(server, "@")
+		if a.ms >= c.fault.UnixMilli() && pod != movedFrom && server != movedFrom && (res.toRW == 0 || time.UnixMilli(a.ms).Sub(c.fault) < res.toRW) {
 			res.toRW = time.UnixMilli(a.ms).Sub(c.fault)
 		}
 	}
