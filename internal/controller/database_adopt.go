@@ -282,11 +282,16 @@ func (r *DatabaseReconciler) adopt(ctx context.Context, db *dbv1.Database, obs *
 	if err := r.recordPrimary(ctx, db, name); err != nil {
 		return fmt.Errorf("recording %s as the primary: %w", name, err)
 	}
-	if _, err := r.takeLease(ctx, db, pods, best.pod, nil); err != nil {
+	restart := db.Spec.Engine == dbv1.EnginePostgreSQL && best.status.Role == engine.RolePrimary
+	take := r.takeLease
+	if restart {
+		take = r.takeLeaseForRestart
+	}
+	if _, err := take(ctx, db, pods, best.pod, nil); err != nil {
 		return err
 	}
 	switch {
-	case db.Spec.Engine == dbv1.EnginePostgreSQL && best.status.Role == engine.RolePrimary:
+	case restart:
 		obs.restartPod(best.pod, "start it as the primary chosen among the kept volumes")
 	default:
 		if err := best.inst.Promote(ctx); err != nil {

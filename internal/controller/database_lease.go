@@ -245,13 +245,35 @@ func leaseAnnotations(have map[string]string, members, maxLag, failover string) 
 // renewed meanwhile keeps the Lease. It names pod's incarnation, and drops
 // the last handover's record.
 func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, pods []corev1.Pod, pod, quiet *corev1.Pod) (time.Duration, error) {
+	return r.takeLeaseAs(ctx, db, pods, pod, quiet, pod.UID)
+}
+
+// takeLeaseForRestart hands the Lease to pod, which the operator restarts
+// right after to start its server as the primary: to whichever
+// incarnation of it runs next. Naming the running one would have the
+// next wait for that one's Lease to run out (about 20 s without writes),
+// and a graceful restart's replacement starts only once the kubelet
+// stopped the running one. That one's server is fenced (a former primary
+// on a kept volume, or one a failover fenced), so it takes no writes
+// meanwhile; a renewal of its own names it again, and the next
+// incarnation then waits for it as before.
+func (r *DatabaseReconciler) takeLeaseForRestart(ctx context.Context, db *dbv1.Database, pods []corev1.Pod, pod, quiet *corev1.Pod) (time.Duration, error) {
+	return r.takeLeaseAs(ctx, db, pods, pod, quiet, "")
+}
+
+func (r *DatabaseReconciler) takeLeaseAs(ctx context.Context, db *dbv1.Database, pods []corev1.Pod, pod, quiet *corev1.Pod, incarnation types.UID) (time.Duration, error) {
 	l := &coordinationv1.Lease{}
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}, l); err != nil {
 		return 0, fmt.Errorf("reading the primary Lease: %w", err)
 	}
 	holder, uid := holderOf(l), holderUID(l)
-	if holder == pod.Name && (uid == "" || uid == pod.UID) {
+	if holder == pod.Name && (uid == "" || (uid == pod.UID && incarnation != "")) {
 		return 0, nil
+	}
+	if holder == pod.Name && uid == pod.UID {
+		// Already the running incarnation's, which is fenced: it is
+		// handed to the next.
+		quiet = pod
 	}
 	stopped := quiet != nil && holder == quiet.Name && (uid == "" || uid == quiet.UID)
 	if holder != "" && !stopped && l.Annotations[agent.MembersSeenAnnotation] == "1" && l.Annotations[agent.MembersAnnotation] != "1" {
@@ -273,7 +295,11 @@ func (r *DatabaseReconciler) takeLease(ctx context.Context, db *dbv1.Database, p
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[agent.HolderUIDAnnotation] = string(pod.UID)
+	if incarnation != "" {
+		l.Annotations[agent.HolderUIDAnnotation] = string(incarnation)
+	} else {
+		delete(l.Annotations, agent.HolderUIDAnnotation)
+	}
 	delete(l.Annotations, agent.HandoverAnnotation)
 	if err := r.Update(ctx, l); err != nil {
 		return 0, fmt.Errorf("handing the primary Lease from %q to %s: %w", holder, pod.Name, err)

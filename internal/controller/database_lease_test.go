@@ -130,6 +130,18 @@ func TestTakeLease(t *testing.T) {
 	if _, ok := l.Annotations[agent.HandoverAnnotation]; ok {
 		t.Errorf("the handover's record stayed on the Lease after the move: %v", l.Annotations)
 	}
+	// Handed to a pod the operator restarts next (its server fenced): to
+	// any incarnation of it, at once, so the next one does not wait for
+	// the running one's Lease to run out.
+	if left, err := r.takeLeaseForRestart(ctx, db, pods, &pods[0], nil); err != nil || left != 0 {
+		t.Fatalf("the Lease for a restart: left %s, %v; want it moved at once", left, err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(l), l); err != nil || holderOf(l) != db.Name+"-0" {
+		t.Fatalf("after taking the Lease for a restart: holder %q (%v)", holderOf(l), err)
+	}
+	if uid, named := l.Annotations[agent.HolderUIDAnnotation]; named {
+		t.Errorf("the Lease for a restart names incarnation %q, want any", uid)
+	}
 }
 
 // TestLeaseCarriesTheLagBound: spec.failover.maxLag reaches the agents on

@@ -141,7 +141,7 @@ func (r *DatabaseReconciler) holderLacks(ctx context.Context, obs *observed, hol
 // pod, whose agent then holds the Lease and starts it as the primary,
 // unfenced, with everything it held.
 func (r *DatabaseReconciler) undoInterrupted(ctx context.Context, db *dbv1.Database, obs *observed, pods []corev1.Pod, holderPod, primaryPod *corev1.Pod, why string) error {
-	if _, err := r.takeLease(ctx, db, pods, primaryPod, holderPod); err != nil {
+	if _, err := r.takeLeaseForRestart(ctx, db, pods, primaryPod, holderPod); err != nil {
 		return fmt.Errorf("undoing the interrupted move to %s: %w", holderPod.Name, err)
 	}
 	r.event(db, corev1.EventTypeWarning, "FailoverUndone", "Failover",
