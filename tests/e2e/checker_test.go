@@ -131,7 +131,7 @@ func (c *checker) waitRW(notIP string, timeout time.Duration) {
 
 // waitRWFrom waits for a write through -rw, after the fault, on a server
 // other than notServer (pod@uid): the pod made again may take the role
-// back, at the same address, as another incarnation.
+// back as another incarnation (at another address, or the same).
 func (c *checker) waitRWFrom(notServer string, timeout time.Duration) {
 	c.t.Helper()
 	eventually(c.t, timeout, "a write through -rw after the fault", func() string {

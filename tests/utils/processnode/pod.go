@@ -172,7 +172,11 @@ func (w *podWorker) setUp(ctx context.Context) error {
 	if err := os.MkdirAll(w.dir, 0o755); err != nil {
 		return err
 	}
-	addr, err := w.node.net.allocate(w.key)
+	// By incarnation, not by name: a pod deleted forcibly is made again
+	// while the earlier one still runs, and the earlier one's teardown
+	// must not free the address the new one uses (a third pod then got it
+	// too, and both lost their network to the clash).
+	addr, err := w.node.net.allocate(string(w.pod.UID))
 	if err != nil {
 		return err
 	}
@@ -184,7 +188,7 @@ func (w *podWorker) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w.node.net.detach(ctx, w.netns, w.veth)
-	w.node.net.release(w.key)
+	w.node.net.release(string(w.pod.UID))
 }
 
 // failAll marks every container waiting with a reason (the pod cannot start).
