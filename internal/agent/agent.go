@@ -552,9 +552,17 @@ func (a *Agent) getLease(ctx context.Context) (*coordinationv1.Lease, error) {
 // successful write extends validUntil, from start: the moment before the
 // read that led to it.
 func (a *Agent) renew(ctx context.Context, l *coordinationv1.Lease, start time.Time, starting bool) bool {
+	return a.renewErr(ctx, l, start, starting) == nil
+}
+
+// errServerUnhealthy: no renewal for a server that does not answer.
+var errServerUnhealthy = errors.New("the server does not answer")
+
+// renewErr is renew, saying why it did not renew.
+func (a *Agent) renewErr(ctx context.Context, l *coordinationv1.Lease, start time.Time, starting bool) error {
 	if !starting && !a.serverHealthy() {
 		a.cfg.Log.Info("not renewing the primary Lease: the server does not answer")
-		return false
+		return errServerUnhealthy
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -572,7 +580,7 @@ func (a *Agent) renew(ctx context.Context, l *coordinationv1.Lease, start time.T
 	a.mu.Unlock()
 	if _, err := a.cfg.Leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		a.cfg.Log.Info("renewing the primary Lease failed", "error", err.Error())
-		return false
+		return err
 	}
 	a.mu.Lock()
 	if a.validUntil.IsZero() {
@@ -580,7 +588,7 @@ func (a *Agent) renew(ctx context.Context, l *coordinationv1.Lease, start time.T
 	}
 	a.validUntil = start.Add(a.duration - Margin(a.duration))
 	a.mu.Unlock()
-	return true
+	return nil
 }
 
 // serverHealthy: the server answered lately, or it is starting and has
@@ -608,10 +616,17 @@ func (a *Agent) leaseLoop(ctx context.Context) {
 	for {
 		start := time.Now()
 		l, err := a.getLease(ctx)
+		if err == nil && a.holds() {
+			// A renewal the API server did not answer (it is coming back,
+			// or busy) is an outage like a read it did not answer: the
+			// failsafe applies. A conflict is an answer: the Lease changed.
+			if err = a.renewErr(ctx, l, start, false); err == nil || apierrors.IsConflict(err) || errors.Is(err, errServerUnhealthy) {
+				err = nil
+			}
+		}
 		switch {
-		case err == nil && a.holds():
-			a.renew(ctx, l, start, false)
-		case err != nil && !apierrors.IsNotFound(err) && a.holds() && a.serverHealthy() && (a.isAlone() || a.failsafe(ctx)):
+		case err == nil:
+		case !apierrors.IsNotFound(err) && a.holds() && a.serverHealthy() && (a.isAlone() || a.failsafe(ctx)):
 			// The API server is away: a single instance, or a primary every
 			// other member confirms, keeps taking writes for another period.
 			a.mu.Lock()
@@ -881,9 +896,14 @@ func (a *Agent) fencedNow(ctx context.Context) bool {
 	return true
 }
 
-// fenceCheckTimeout bounds fencedNow: a local server answers in
-// milliseconds.
-const fenceCheckTimeout = 500 * time.Millisecond
+// fenceCheckTimeout bounds fencedNow. A local server answers in
+// milliseconds, but a busy machine took more than the half second this
+// was (the guard then killed a MariaDB primary a switchover had just
+// fenced, mid-commit). Waiting is safe: the Lease names another holder
+// while this agent's validity runs only after a switchover or a handover,
+// which fence the server first; any other move waits for that validity to
+// run out, by which time the guard acted already.
+const fenceCheckTimeout = 2 * time.Second
 
 // demote stops the server at once (SIGKILL to its process group): it may
 // no longer take writes, and a hung server answers no fence. Crash

@@ -32,16 +32,19 @@ import (
 // in tests/e2e (lease_test.go, ha_test.go).
 
 type harness struct {
-	t        *testing.T
-	agent    *Agent
-	cs       *fake.Clientset
-	apiDown  atomic.Bool // every Lease call fails, as in a partition
-	status   atomic.Value
-	answers  atomic.Bool
-	dir      string
-	runErr   chan error
-	cancel   context.CancelFunc
-	renewals atomic.Int32
+	t       *testing.T
+	agent   *Agent
+	cs      *fake.Clientset
+	apiDown atomic.Bool // every Lease call fails, as in a partition
+	// updatesDown: Lease writes fail (the API server reads but does not
+	// answer writes in time, as when it comes back)
+	updatesDown atomic.Bool
+	status      atomic.Value
+	answers     atomic.Bool
+	dir         string
+	runErr      chan error
+	cancel      context.CancelFunc
+	renewals    atomic.Int32
 	// onUpdate, when set (a func(*coordinationv1.Lease)), sees every
 	// Lease update as it is made.
 	onUpdate atomic.Value
@@ -65,7 +68,7 @@ func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool, opt
 		h.cs = fake.NewClientset()
 	}
 	h.cs.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if h.apiDown.Load() {
+		if h.apiDown.Load() || (h.updatesDown.Load() && action.GetVerb() == "update") {
 			return true, nil, errors.New("the API server is unreachable")
 		}
 		if action.GetVerb() == "update" {
@@ -433,6 +436,44 @@ func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
 	}
 	if _, err := AskPromoting(context.Background(), peerAddr, "wrong token", nil); err == nil {
 		t.Error("the peer channel answered a caller with the wrong token")
+	}
+}
+
+// TestFailsafeCoversAFailedRenewal: the primary's agent reads the Lease
+// but its renewals go unanswered (an API server coming back from an
+// outage, or overloaded). That is an outage too: its replica confirms it,
+// and its server keeps running. (Only a read that failed counted before:
+// a MariaDB primary was killed as the API server came back, and a replica
+// promoted, in the e2e control-plane outage test.)
+func TestFailsafeCoversAFailedRenewal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr := ln.Addr().String()
+	ln.Close()
+	token := PeerToken("replication password")
+	twoMembers := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		l.Annotations = map[string]string{MembersAnnotation: "2"}
+		return l
+	}
+	replica := start(t, "db-1", twoMembers(lease("db-0")), false, func(a *Agent) {
+		a.cfg.PeerListen, a.cfg.PeerToken = peerAddr, token
+	})
+	primary := start(t, "db-0", twoMembers(lease("db-0")), true, func(a *Agent) {
+		a.cfg.PeerToken = token
+		a.peerAddr = func(string) string { return peerAddr }
+	})
+	waitFor(t, "both servers started", 5*time.Second, func() bool { return primary.pid() != 0 && replica.pid() != 0 })
+	waitFor(t, "the primary answering", 5*time.Second, func() bool { return primary.agent.notReady() == "" })
+	pid := primary.pid()
+	primary.updatesDown.Store(true)
+	time.Sleep(3 * time.Second) // three Lease durations without a renewal
+	if !alive(pid) || primary.pid() != pid {
+		t.Fatalf("the primary's server was stopped although its replica confirms it: %v", primary.starts())
+	}
+	if why := primary.agent.notReady(); why != "" {
+		t.Errorf("the confirmed primary is not ready: %s", why)
 	}
 }
 
