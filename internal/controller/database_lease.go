@@ -288,8 +288,19 @@ func (r *DatabaseReconciler) takeLeaseAs(ctx context.Context, db *dbv1.Database,
 			return left, nil
 		}
 	}
+	r.nameHolder(l, pod.Name, incarnation)
+	if err := r.Update(ctx, l); err != nil {
+		return 0, fmt.Errorf("handing the primary Lease from %q to %s: %w", holder, pod.Name, err)
+	}
+	log.FromContext(ctx).Info("handed the primary Lease over", "from", holder, "to", pod.Name, "holderStopped", stopped)
+	return 0, nil
+}
+
+// nameHolder makes l name the pod, and its incarnation ("" for any), as
+// newly acquired; the last handover's record goes.
+func (r *DatabaseReconciler) nameHolder(l *coordinationv1.Lease, pod string, incarnation types.UID) {
 	now := metav1.NewMicroTime(r.now())
-	l.Spec.HolderIdentity = ptr.To(pod.Name)
+	l.Spec.HolderIdentity = ptr.To(pod)
 	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	if l.Annotations == nil {
@@ -301,11 +312,6 @@ func (r *DatabaseReconciler) takeLeaseAs(ctx context.Context, db *dbv1.Database,
 		delete(l.Annotations, agent.HolderUIDAnnotation)
 	}
 	delete(l.Annotations, agent.HandoverAnnotation)
-	if err := r.Update(ctx, l); err != nil {
-		return 0, fmt.Errorf("handing the primary Lease from %q to %s: %w", holder, pod.Name, err)
-	}
-	log.FromContext(ctx).Info("handed the primary Lease over", "from", holder, "to", pod.Name, "holderStopped", stopped)
-	return 0, nil
 }
 
 // longestLeaseDuration is the longest Lease duration the holder's agent
