@@ -375,6 +375,33 @@ func TestReplicaStartsWithoutTheAPIServer(t *testing.T) {
 	})
 }
 
+// confirmingPair starts a primary (db-0) and its replica (db-1), two
+// members whose agents reach each other over the peer channel (the
+// replica's address and token returned).
+func confirmingPair(t *testing.T) (primary, replica *harness, peerAddr, token string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr = ln.Addr().String()
+	ln.Close()
+	token = PeerToken("replication password")
+	twoMembers := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		l.Annotations = map[string]string{MembersAnnotation: "2"}
+		return l
+	}
+	replica = start(t, "db-1", twoMembers(lease("db-0")), false, func(a *Agent) {
+		a.cfg.PeerListen, a.cfg.PeerToken = peerAddr, token
+	})
+	primary = start(t, "db-0", twoMembers(lease("db-0")), true, func(a *Agent) {
+		a.cfg.PeerToken = token
+		a.peerAddr = func(string) string { return peerAddr }
+	})
+	waitFor(t, "both servers started", 5*time.Second, func() bool { return primary.pid() != 0 && replica.pid() != 0 })
+	return primary, replica, peerAddr, token
+}
+
 // TestFailsafeKeepsAConfirmedPrimary: the primary's agent loses the API
 // server; its one replica confirms it over the peer channel, so its server
 // keeps running. Once the replica reads a Lease naming another pod it
@@ -382,25 +409,7 @@ func TestReplicaStartsWithoutTheAPIServer(t *testing.T) {
 // being promoted reports how long its last confirmation still runs, and
 // confirms no more.
 func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerAddr := ln.Addr().String()
-	ln.Close()
-	token := PeerToken("replication password")
-	twoMembers := func(l *coordinationv1.Lease) *coordinationv1.Lease {
-		l.Annotations = map[string]string{MembersAnnotation: "2"}
-		return l
-	}
-	replica := start(t, "db-1", twoMembers(lease("db-0")), false, func(a *Agent) {
-		a.cfg.PeerListen, a.cfg.PeerToken = peerAddr, token
-	})
-	primary := start(t, "db-0", twoMembers(lease("db-0")), true, func(a *Agent) {
-		a.cfg.PeerToken = token
-		a.peerAddr = func(string) string { return peerAddr }
-	})
-	waitFor(t, "both servers started", 5*time.Second, func() bool { return primary.pid() != 0 && replica.pid() != 0 })
+	primary, replica, peerAddr, token := confirmingPair(t)
 	pid := primary.pid()
 	primary.apiDown.Store(true)
 	time.Sleep(3 * time.Second) // three Lease durations without the API server
@@ -446,25 +455,7 @@ func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
 // a MariaDB primary was killed as the API server came back, and a replica
 // promoted, in the e2e control-plane outage test.)
 func TestFailsafeCoversAFailedRenewal(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	peerAddr := ln.Addr().String()
-	ln.Close()
-	token := PeerToken("replication password")
-	twoMembers := func(l *coordinationv1.Lease) *coordinationv1.Lease {
-		l.Annotations = map[string]string{MembersAnnotation: "2"}
-		return l
-	}
-	replica := start(t, "db-1", twoMembers(lease("db-0")), false, func(a *Agent) {
-		a.cfg.PeerListen, a.cfg.PeerToken = peerAddr, token
-	})
-	primary := start(t, "db-0", twoMembers(lease("db-0")), true, func(a *Agent) {
-		a.cfg.PeerToken = token
-		a.peerAddr = func(string) string { return peerAddr }
-	})
-	waitFor(t, "both servers started", 5*time.Second, func() bool { return primary.pid() != 0 && replica.pid() != 0 })
+	primary, _, _, _ := confirmingPair(t)
 	waitFor(t, "the primary answering", 5*time.Second, func() bool { return primary.agent.notReady() == "" })
 	pid := primary.pid()
 	primary.updatesDown.Store(true)

@@ -146,7 +146,6 @@ func TestStoppingPrimaryIsNotFailedOver(t *testing.T) {
 		{"the grace period over: failover", 0, -time.Second, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
 			db, pods := failedPrimary()
 			old := pods[0].(*corev1.Pod)
 			old.DeletionTimestamp = &metav1.Time{Time: time.Now().Add(tt.deadline)}
@@ -158,19 +157,7 @@ func TestStoppingPrimaryIsNotFailedOver(t *testing.T) {
 				"orders-0": {role: engine.RolePrimary, readOnly: true, applied: 100},
 				"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 100},
 			}
-			writes := 0
-			r, c := newFakeReconciler(t, &writes, append(pods, db, lease)...)
-			r.Instances = scriptedConnector(c, servers)
-			r.leases = &leaseClock{seen: map[types.NamespacedName]leaseSighting{}}
-			l := &coordinationv1.Lease{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
-				t.Fatal(err)
-			}
-			r.leases.seen[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = leaseSighting{version: l.ResourceVersion, at: time.Now().Add(-tt.renewed)}
-			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
-			if err != nil {
-				t.Logf("reconcile: %v", err)
-			}
+			r, res := reconcileWithLeaseSeen(t, db, lease, servers, tt.renewed, pods...)
 			events := strings.Join(eventNotes(r), "\n")
 			if started := strings.Contains(events, "FailoverStarted"); started != tt.failsOver {
 				t.Errorf("failover started %v, want %v; events:\n%s", started, tt.failsOver, events)
@@ -203,7 +190,6 @@ func TestRestartedPrimaryIsNotFailedOver(t *testing.T) {
 		{"the incarnation the Lease names failed: failover", 0, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
 			db, pods := failedPrimary()
 			restarted := pods[0].(*corev1.Pod)
 			restarted.UID = "new-incarnation"
@@ -217,19 +203,7 @@ func TestRestartedPrimaryIsNotFailedOver(t *testing.T) {
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-0"), LeaseDurationSeconds: ptr.To[int32](15)}}
 			// orders-0's server has not started: its agent waits for the Lease.
 			servers := map[string]*scriptedServer{"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 90}}
-			writes := 0
-			r, c := newFakeReconciler(t, &writes, append(pods, db, lease)...)
-			r.Instances = scriptedConnector(c, servers)
-			r.leases = &leaseClock{seen: map[types.NamespacedName]leaseSighting{}}
-			l := &coordinationv1.Lease{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
-				t.Fatal(err)
-			}
-			r.leases.seen[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = leaseSighting{version: l.ResourceVersion, at: time.Now().Add(-tt.seen)}
-			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
-			if err != nil {
-				t.Logf("reconcile: %v", err)
-			}
+			r, res := reconcileWithLeaseSeen(t, db, lease, servers, tt.seen, pods...)
 			events := strings.Join(eventNotes(r), "\n")
 			if started := strings.Contains(events, "FailoverCandidateChosen"); started != tt.failsOver {
 				t.Errorf("failover started %v, want %v; events:\n%s", started, tt.failsOver, events)
@@ -244,4 +218,26 @@ func TestRestartedPrimaryIsNotFailedOver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reconcileWithLeaseSeen reconciles db once, the operator having first
+// seen the primary Lease's version ago (its clock of the holder's
+// renewals), the servers scripted.
+func reconcileWithLeaseSeen(t *testing.T, db *dbv1.Database, lease *coordinationv1.Lease, servers map[string]*scriptedServer, ago time.Duration, pods ...client.Object) (*DatabaseReconciler, ctrl.Result) {
+	t.Helper()
+	ctx := context.Background()
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, append(pods, db, lease)...)
+	r.Instances = scriptedConnector(c, servers)
+	r.leases = &leaseClock{seen: map[types.NamespacedName]leaseSighting{}}
+	l := &coordinationv1.Lease{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil {
+		t.Fatal(err)
+	}
+	r.leases.seen[types.NamespacedName{Namespace: l.Namespace, Name: l.Name}] = leaseSighting{version: l.ResourceVersion, at: time.Now().Add(-ago)}
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)})
+	if err != nil {
+		t.Logf("reconcile: %v", err)
+	}
+	return r, res
 }
