@@ -793,16 +793,15 @@ func writeThroughRW(d dialect, db *dbv1.Database, open func(string) *sql.DB) (st
 // noAckedWriteLost fails the test unless primary holds every acknowledged
 // write, the last one included (writes went on after the move); it
 // returns the ids primary holds.
-func noAckedWriteLost(t testing.TB, primary *sql.DB, acked []int) map[int]bool {
+// orderIDs is every id in the orders table of db.
+func orderIDs(t testing.TB, db *sql.DB) map[int]bool {
 	t.Helper()
-	if len(acked) == 0 {
-		t.Fatal("no write was acknowledged")
-	}
 	have := map[int]bool{}
-	rows, err := primary.Query("SELECT id FROM orders")
+	rows, err := db.Query("SELECT id FROM orders")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var id int
 		if err := rows.Scan(&id); err != nil {
@@ -810,7 +809,15 @@ func noAckedWriteLost(t testing.TB, primary *sql.DB, acked []int) map[int]bool {
 		}
 		have[id] = true
 	}
-	rows.Close()
+	return have
+}
+
+func noAckedWriteLost(t testing.TB, primary *sql.DB, acked []int) map[int]bool {
+	t.Helper()
+	if len(acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	have := orderIDs(t, primary)
 	var lost []int
 	for _, id := range acked {
 		if !have[id] {
