@@ -547,6 +547,14 @@ func (f *failoverRun) clearFailsafe(ctx context.Context) (stepOutcome, error) {
 // another replica.
 func (f *failoverRun) record(ctx context.Context) (stepOutcome, error) {
 	to := f.best.pod.Name
+	if f.plan.resume == to && f.db.Spec.Primary == to {
+		// Finishing the switchover spec.primary asked for (its operator
+		// stopped after the Lease hand-over): a switchover, not a failover.
+		if err := f.r.recordPrimary(ctx, f.db, to); err != nil {
+			return stepOutcome{}, fmt.Errorf("recording %s as the primary before promoting it: %w", to, err)
+		}
+		return done(fmt.Sprintf("the topology names %s the primary (the switchover spec.primary asked for, finished)", to)), nil
+	}
 	f.r.event(f.db, corev1.EventTypeWarning, "FailoverStarted", "Failover", "Primary %s failed; promoting %s: %s", f.primary, to, f.why)
 	reason := fmt.Sprintf("primary not ready and unreachable for %s; %s", failoverDelay(f.db), f.why)
 	switch {

@@ -47,8 +47,10 @@ func (r *DatabaseReconciler) resumeInterrupted(ctx context.Context, db *dbv1.Dat
 		obs.promoted = holder
 		// The failover that promoted it is recorded as such: the one the
 		// topology holds, or, when the record was lost, this adoption.
-		obs.failover = &dbv1.FailoverRecord{Time: metav1.Time{Time: r.now()}, From: primary, To: holder,
-			Reason: fmt.Sprintf("adopted: the primary Lease had moved to %s, which serves writes, before status said so", holder)}
+		if db.Spec.Primary != holder { // not the switchover spec.primary asked for
+			obs.failover = &dbv1.FailoverRecord{Time: metav1.Time{Time: r.now()}, From: primary, To: holder,
+				Reason: fmt.Sprintf("adopted: the primary Lease had moved to %s, which serves writes, before status said so", holder)}
+		}
 		if topology, err := r.recordedTopology(ctx, db); err == nil {
 			if f := failoverRecordedTo(db, topology, holder); f != nil {
 				obs.failover = f

@@ -35,6 +35,7 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 		primary, restart string
 		holderPromoted   bool
 		recorded         bool // the topology names the holder already
+		switchover       bool // spec.primary names the holder: a switchover was interrupted
 		event            string
 	}{
 		{name: "the holder has every write: finished", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
@@ -45,6 +46,8 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-0", restart: "orders-0", event: "FailoverUndone"},
 		{name: "the holder recorded (perhaps asked to promote): finished, never undone", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 150},
 			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-1", holderPromoted: true, recorded: true, event: "FailoverResumed"},
+		{name: "a switchover to the holder: finished as a switchover", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
+			holder: &scriptedServer{role: engine.RoleReplica, readOnly: true, applied: 100}, primary: "orders-1", holderPromoted: true, switchover: true, event: "FailoverResumed"},
 		{name: "the holder was promoted: adopted", old: &scriptedServer{role: engine.RolePrimary, readOnly: true, applied: 100},
 			holder: &scriptedServer{role: engine.RolePrimary, applied: 120}, primary: "orders-1", event: "PrimaryRecordRepaired"},
 	} {
@@ -56,6 +59,9 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 				db.Spec.Replicas = 2
 				db.Status.CurrentPrimary = "orders-0"
 				db.Finalizers = []string{Finalizer}
+				if tt.switchover {
+					db.Spec.Primary = "orders-1"
+				}
 			})
 			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: leaseName(db), Labels: leaseLabels(db)},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-1"), LeaseDurationSeconds: ptr.To[int32](15)}}
@@ -78,7 +84,9 @@ func TestInterruptedFailoverResumes(t *testing.T) {
 			if got.Status.CurrentPrimary != tt.primary {
 				t.Errorf("primary %s, want %s", got.Status.CurrentPrimary, tt.primary)
 			}
-			if f := got.Status.LastFailover; tt.primary == "orders-1" && (f == nil || f.From != "orders-0" || f.To != "orders-1") {
+			if f := got.Status.LastFailover; tt.switchover && f != nil {
+				t.Errorf("an interrupted switchover finished as a failover: %+v", f)
+			} else if tt.primary == "orders-1" && !tt.switchover && (f == nil || f.From != "orders-0" || f.To != "orders-1") {
 				t.Errorf("last failover %+v, want one from orders-0 to orders-1", f)
 			}
 			if promoted := slices.Contains(tt.holder.calls, "promote"); promoted != tt.holderPromoted {
