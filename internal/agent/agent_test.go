@@ -219,6 +219,20 @@ func TestNonHolderThatTakesWritesIsStopped(t *testing.T) {
 	}
 }
 
+// moveLease makes the Lease name db-1, as the operator does when it hands
+// it over.
+func (h *harness) moveLease(t *testing.T) {
+	t.Helper()
+	l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptr.To("db-1")
+	if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSwitchedOverPrimaryIsNotKilled: a switchover fences the primary and
 // hands the Lease on within a second, before the agent's next check sees
 // the fence. The guard, finding the Lease moved, asks the server again:
@@ -230,14 +244,7 @@ func TestSwitchedOverPrimaryIsNotKilled(t *testing.T) {
 	waitFor(t, "the server answering", 5*time.Second, func() bool { return h.agent.notReady() == "" })
 	pid := h.pid()
 	h.setWritable(false) // the operator fenced it
-	l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Spec.HolderIdentity = ptr.To("db-1")
-	if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.moveLease(t)
 	// The last check, older than the fence, said writable.
 	h.agent.mu.Lock()
 	h.agent.writable = true
@@ -262,14 +269,7 @@ func TestPromotedReplicaKeepsRunning(t *testing.T) {
 	h := start(t, "db-1", leaseFor("db-0", 6), false)
 	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
 	pid := h.pid()
-	l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Spec.HolderIdentity = ptr.To("db-1")
-	if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	h.moveLease(t)
 	h.setWritable(true)
 	time.Sleep(3 * time.Second)
 	if h.pid() != pid || !alive(pid) {
@@ -299,14 +299,7 @@ func TestPromotedReplicaOutlivesASlowLeaseRead(t *testing.T) {
 			h := start(t, "db-1", leaseFor("db-0", 6), false)
 			waitFor(t, "the server answering", 5*time.Second, func() bool { return h.agent.notReady() == "" })
 			pid := h.pid()
-			l, err := h.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			l.Spec.HolderIdentity = ptr.To("db-1")
-			if _, err := h.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			h.moveLease(t)
 			h.apiDown.Store(true)
 			h.setWritable(true) // promoted
 			waitFor(t, "the agent finding its server writable", 5*time.Second, func() bool {
@@ -420,14 +413,7 @@ func TestFailsafeKeepsAConfirmedPrimary(t *testing.T) {
 		t.Errorf("the confirmed primary is not ready: %s", why)
 	}
 	// The operator moves the Lease (the replica's API server still answers).
-	l, err := replica.cs.CoordinationV1().Leases("ns").Get(context.Background(), "db-primary", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Spec.HolderIdentity = ptr.To("db-1")
-	if _, err := replica.cs.CoordinationV1().Leases("ns").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	replica.moveLease(t)
 	moved := time.Now()
 	waitFor(t, "the unconfirmed primary's server stopped", 3*time.Second, func() bool { return !alive(pid) })
 	// The replica's view of the Lease is at most a renew interval old:
