@@ -279,6 +279,18 @@ const (
 	// once the backup was verified and loaded; until then the Database is
 	// not Ready and has no read-write endpoint.
 	ConditionRestored = "Restored"
+	// ConditionReplicationHealthy is True when every replica streams from
+	// the primary within the lag bound, False (naming the instance and why)
+	// when one does not replicate or is beyond the bound. Ready is False
+	// while it is False: a Database whose replica silently stopped is not
+	// healthy, whatever its pods say.
+	ConditionReplicationHealthy = "ReplicationHealthy"
+	// ConditionInstancesHealthy is False when an instance's pod cannot run:
+	// not scheduled, its claim not bound, its container not created or
+	// pulled, crash-looping, killed for memory or restarting repeatedly. The
+	// message names the pod, the container, the reason, the exit code, the
+	// restart count and the probable cause read from its last log lines.
+	ConditionInstancesHealthy = "InstancesHealthy"
 )
 
 // Reasons of the Ready, Progressing and Degraded conditions. A failed
@@ -311,6 +323,103 @@ const (
 	// the data is served as it is.
 	ReasonExistingDataKept = "ExistingDataKept"
 )
+
+// Reasons of the ReplicationHealthy condition.
+const (
+	ReasonReplicasStreaming       = "ReplicasStreaming"
+	ReasonNoReplicas              = "NoReplicas"
+	ReasonReplicaNotReplicating   = "ReplicaNotReplicating"
+	ReasonReplicationLagOverBound = "ReplicationLagOverBound"
+	// ReasonReplicationUnknown: no primary serves, so no replica's state
+	// can be judged against it.
+	ReasonReplicationUnknown = "ReplicationUnknown"
+	// ReasonReplicationUnhealthy is Ready's and Degraded's reason while
+	// ReplicationHealthy is False.
+	ReasonReplicationUnhealthy = "ReplicationUnhealthy"
+)
+
+// Reasons of the InstancesHealthy condition: InstancesRunning, or the
+// first failing instance's reason (Unschedulable, ClaimPending, and the
+// kubelet's own: CrashLoopBackOff, OOMKilled, CreateContainerConfigError,
+// ImagePullBackOff, ErrImagePull, ...; RestartingRepeatedly).
+const (
+	ReasonInstancesRunning = "InstancesRunning"
+)
+
+// ReplicationState is what a replica's replication does.
+// +kubebuilder:validation:Enum=Streaming;CatchingUp;Stopped;Unknown
+type ReplicationState string
+
+const (
+	// ReplicationStreaming: it receives from the primary and applies, within the lag bound.
+	ReplicationStreaming ReplicationState = "Streaming"
+	// ReplicationCatchingUp: it receives and applies, but is beyond the lag bound.
+	ReplicationCatchingUp ReplicationState = "CatchingUp"
+	// ReplicationStopped: it does not receive or does not apply, or it
+	// follows another server than the primary.
+	ReplicationStopped ReplicationState = "Stopped"
+	// ReplicationUnknown: its server could not be asked (not running, unreachable).
+	ReplicationUnknown ReplicationState = "Unknown"
+)
+
+// InstanceStatus is one instance as the operator last saw it. It holds
+// states, not live figures (positions and lag live in the metrics), so
+// the status is written only when something changes.
+type InstanceStatus struct {
+	// Name is the instance's pod.
+	Name string `json:"name"`
+	// Role is primary or replica, as its pod is labelled; empty before
+	// the operator gave it one.
+	// +optional
+	Role string `json:"role,omitempty"`
+	// Ready: the pod is ready, and in its Service.
+	Ready bool `json:"ready"`
+	// Replication is, on a replica, what its replication does.
+	// +optional
+	Replication ReplicationState `json:"replication,omitempty"`
+	// LagOverBound: the replica is further behind the primary than the
+	// bound (spec.failover.maxLag, or the engine's default).
+	// +optional
+	LagOverBound bool `json:"lagOverBound,omitempty"`
+	// LastError is, on a replica, the last replication error its server
+	// reports, or why its replication is not what it should be.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+	// Failure is why the instance's pod does not run, when it does not.
+	// +optional
+	Failure *InstanceFailure `json:"failure,omitempty"`
+}
+
+// InstanceFailure is the diagnosis of an instance whose pod does not run.
+type InstanceFailure struct {
+	// Reason is Unschedulable, ClaimPending, or the container's: the
+	// kubelet's waiting reason (CrashLoopBackOff, CreateContainerConfigError,
+	// ImagePullBackOff, ErrImagePull, ...), OOMKilled or RestartingRepeatedly.
+	Reason string `json:"reason"`
+	// Container is the container that fails, if one does.
+	// +optional
+	Container string `json:"container,omitempty"`
+	// ExitCode is the failed container's last exit code.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// RestartCount is how often the container was restarted.
+	// +optional
+	RestartCount int32 `json:"restartCount,omitempty"`
+	// ProbableCause is read from the last lines the failed container
+	// logged: DiskFull, AuthenticationFailed, CorruptDataDirectory,
+	// VersionDowngrade, ConfigurationError, OutOfMemory or Unknown.
+	// +optional
+	ProbableCause string `json:"probableCause,omitempty"`
+	// Message is what Kubernetes or the server said (the log line the
+	// cause was read from).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// Runbook is where the cause's diagnosis and mitigation are described.
+	// +optional
+	Runbook string `json:"runbook,omitempty"`
+}
 
 // Endpoints are the in-cluster addresses clients connect to.
 type Endpoints struct {
@@ -374,6 +483,13 @@ type DatabaseStatus struct {
 	// unready and unreachable; cleared when it serves again.
 	// +optional
 	PrimaryUnhealthySince *metav1.Time `json:"primaryUnhealthySince,omitempty"`
+
+	// Instances lists every instance: its role, readiness, replication
+	// state and, when its pod does not run, why.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Instances []InstanceStatus `json:"instances,omitempty"`
 
 	// LastFailover is the most recent automatic failover.
 	// +optional

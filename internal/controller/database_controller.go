@@ -53,6 +53,8 @@ type DatabaseReconciler struct {
 	Now func() time.Time
 	// BackupMetrics get their gauges from each Database's Backups.
 	BackupMetrics *BackupMetrics
+	// Metrics are the operator's own series (nil: none).
+	Metrics *OperatorMetrics
 	// LeaseDuration is the primary Leases' duration (default
 	// agent.DefaultLeaseDuration): how long a primary cut off from the
 	// API server keeps taking writes, and about how long failover waits
@@ -61,6 +63,11 @@ type DatabaseReconciler struct {
 	leases        *leaseClock
 	// restarts: the primary pods already reported as restarting.
 	restarts *restartLog
+	// Logs reads a failed container's last log lines for the diagnosis of
+	// an instance that does not run; nil leaves the cause Unknown.
+	Logs PodLogs
+	// diagnoses: what each failed start's log said, and what was reported.
+	diagnoses *diagnosisLog
 	// Agents reaches the instance agents' peer channel before a promotion;
 	// nil skips it (unit tests, whose servers have no agent).
 	Agents AskPromoting
@@ -126,6 +133,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	obs := &observed{}
 	if r.Instances != nil {
 		obs.instances = newInstanceSet(r.Instances, db)
+		obs.instances.fenced = func() { r.Metrics.fenced(db) }
 		defer obs.instances.close()
 	}
 	for _, p := range []phase{
@@ -156,8 +164,13 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Roles", r.reconcileRoles, false},
 		{"Accounts", r.reconcileAccounts, false},
 		{"Parameters", r.reconcileParameters, false},
+		// Last: it reports what the phases before left.
+		{"Instances", r.observeInstances, false},
 	} {
-		if err := p.run(ctx, db, obs); err != nil {
+		start := time.Now()
+		err := p.run(ctx, db, obs)
+		r.Metrics.phaseDone(p.name, time.Since(start))
+		if err != nil {
 			obs.fail(p.name, err)
 			r.event(db, corev1.EventTypeWarning, p.name+reasonPhaseFailedPostfix, p.name, "%v", err)
 			if p.gate {
@@ -188,6 +201,8 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 
 	st := computeStatus(db, obs)
 	r.reportPhase(db, st.Phase)
+	r.reportReplication(db, &st)
+	r.Metrics.observe(db, &st)
 	if err := r.writeStatus(ctx, db, st); err != nil {
 		if !apierrors.IsConflict(err) {
 			return ctrl.Result{}, errors.Join(obs.err, fmt.Errorf("writing status: %w", err))
@@ -273,6 +288,7 @@ func (r *DatabaseReconciler) observeStatefulSet(ctx context.Context, db *dbv1.Da
 }
 
 func (r *DatabaseReconciler) event(db *dbv1.Database, typ, reason, action, note string, args ...any) {
+	r.Metrics.onEvent(db, reason, r.now())
 	if r.Recorder != nil {
 		r.Recorder.Eventf(db, nil, typ, reason, action, note, args...)
 	}

@@ -31,6 +31,7 @@ func (r *DatabaseReconciler) finalize(ctx context.Context, db *dbv1.Database) (t
 	r.Positions.forget(db.UID)
 	r.Rollouts.release(db.UID)
 	r.BackupMetrics.forget(db.Namespace, db.Name)
+	r.Metrics.forget(db.Namespace, db.Name)
 	policy := db.Spec.DeletionPolicy
 	if policy == "" {
 		policy = dbv1.DeletionPolicyRetain

@@ -132,6 +132,7 @@ type instanceSet struct {
 	conns     map[string]engine.Instance
 	unreached map[string]error
 	all       []engine.Instance // to close, dropped ones included
+	fenced    func()            // counts a fence (nil: not counted)
 }
 
 func newInstanceSet(c *InstanceConnector, db *dbv1.Database) *instanceSet {
@@ -185,7 +186,7 @@ func (s *instanceSet) get(ctx context.Context, pod *corev1.Pod) (engine.Instance
 		return nil, err
 	}
 	s.all = append(s.all, conn)
-	inst := loggedInstance{Instance: conn, log: log.FromContext(ctx).WithValues("pod", pod.Name)}
+	inst := loggedInstance{Instance: conn, log: log.FromContext(ctx).WithValues("pod", pod.Name), fenced: s.fenced}
 	s.conns[key] = inst
 	return inst, nil
 }
@@ -197,7 +198,8 @@ func (s *instanceSet) get(ctx context.Context, pod *corev1.Pod) (engine.Instance
 // never logged (only account names).
 type loggedInstance struct {
 	engine.Instance
-	log logr.Logger
+	log    logr.Logger
+	fenced func()
 }
 
 func (l loggedInstance) act(action string, call func() error, kv ...any) error {
@@ -215,7 +217,11 @@ func (l loggedInstance) act(action string, call func() error, kv ...any) error {
 }
 
 func (l loggedInstance) Fence(ctx context.Context) error {
-	return l.act("fence", func() error { return l.Instance.Fence(ctx) })
+	err := l.act("fence", func() error { return l.Instance.Fence(ctx) })
+	if err == nil && l.fenced != nil {
+		l.fenced()
+	}
+	return err
 }
 
 func (l loggedInstance) Unfence(ctx context.Context) error {

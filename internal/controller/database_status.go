@@ -68,6 +68,12 @@ type observed struct {
 	// primaryCheck is what the primary's server said (verifyPrimary).
 	primaryCheck primaryCheck
 
+	// Instances: every instance's state (instancesObserved: the phase
+	// ran) and the replication's health as judged against the primary.
+	instanceStates    []dbv1.InstanceStatus
+	instancesObserved bool
+	replication       replicationHealth
+
 	failedPhase string // the first reconcile phase that failed, if any
 	err         error  // what it and any later failing phase failed with
 }
@@ -141,6 +147,8 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	st := *db.Status.DeepCopy()
 	in := summarize(db, obs)
 	setObserved(&st, in)
+	setInstancesCondition(&st, in)
+	setReplicationCondition(&st, in)
 	setReadyCondition(&st, in)
 	if obs.restored != nil {
 		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
@@ -165,8 +173,12 @@ type statusInput struct {
 	primary      string
 	primaryReady bool // the recorded primary's pod is ready and labelled primary
 	allReady     bool
-	progressing  bool
-	progress     struct{ reason, message string }
+	// failing: instances whose pods do not run, with the diagnosis.
+	failing []dbv1.InstanceStatus
+	// replicationBroken: ReplicationHealthy is False (its message says why).
+	replicationBroken string
+	progressing       bool
+	progress          struct{ reason, message string }
 }
 
 func summarize(db *dbv1.Database, obs *observed) statusInput {
@@ -182,6 +194,10 @@ func summarize(db *dbv1.Database, obs *observed) statusInput {
 		}
 	}
 	in.allReady = in.primaryReady && in.ready == in.desired
+	in.failing = failingInstances(obs.instanceStates)
+	if obs.replication.status == metav1.ConditionFalse {
+		in.replicationBroken = obs.replication.message
+	}
 	in.progressing, in.progress.reason, in.progress.message = rollout(db, obs.statefulSet, in.desired)
 	if obs.waiting != "" {
 		in.progressing, in.progress.reason, in.progress.message = true, obs.waitReason, obs.waiting
@@ -212,6 +228,9 @@ func setObserved(st *dbv1.DatabaseStatus, in statusInput) {
 		st.CurrentPrimary = in.primary
 	}
 	st.PrimaryUnhealthySince = obs.primaryUnhealthySince
+	if obs.instancesObserved {
+		st.Instances = obs.instanceStates
+	}
 	if obs.failover != nil {
 		st.LastFailover = obs.failover
 	}
@@ -228,12 +247,20 @@ func setReadyCondition(st *dbv1.DatabaseStatus, in statusInput) {
 			reason, msg = obs.restored.Reason, obs.restored.Message
 		}
 		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case in.allReady && in.replicationBroken != "":
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonReplicationUnhealthy,
+			fmt.Sprintf("every instance is ready, but replication is not healthy: %s", in.replicationBroken))
 	case in.allReady:
 		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionTrue, dbv1.ReasonAllInstancesReady,
 			readyMessage(obs, in.ready, in.desired, in.primary))
 	case !in.primaryReady:
-		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonPrimaryNotReady,
-			fmt.Sprintf("primary %s is not ready; %d/%d instances ready", in.primary, in.ready, in.desired))
+		msg := fmt.Sprintf("primary %s is not ready; %d/%d instances ready", in.primary, in.ready, in.desired)
+		for _, f := range in.failing {
+			if f.Name == in.primary {
+				msg += ": " + failureSummary(f)
+			}
+		}
+		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonPrimaryNotReady, msg)
 	default:
 		setCondition(st, db, dbv1.ConditionReady, metav1.ConditionFalse, dbv1.ReasonInstancesNotReady,
 			fmt.Sprintf("%d/%d instances ready", in.ready, in.desired))
@@ -264,12 +291,18 @@ func setDegradedCondition(st *dbv1.DatabaseStatus, in statusInput) {
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, obs.failedPhase+reasonPhaseFailedPostfix, obs.err.Error())
 	case obs.rolloutStuck != "":
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonRolloutStuck, obs.rolloutStuck)
+	case len(in.failing) > 0:
+		// Whether or not a rollout is under way: a pod that cannot run does
+		// not heal by waiting.
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, in.failing[0].Failure.Reason, bounded(failureSummary(in.failing[0])))
 	case !in.progressing && !in.primaryReady:
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonPrimaryNotReady,
 			fmt.Sprintf("primary %s is not ready or not labelled %s after the rollout finished", in.primary, rolePrimary))
 	case !in.progressing && !in.allReady:
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonInstancesNotReady,
 			fmt.Sprintf("%d/%d instances ready after the rollout finished", in.ready, in.desired))
+	case !in.progressing && in.replicationBroken != "":
+		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionTrue, dbv1.ReasonReplicationUnhealthy, in.replicationBroken)
 	default:
 		setCondition(st, db, dbv1.ConditionDegraded, metav1.ConditionFalse, dbv1.ReasonAsExpected, "no failure observed")
 	}
@@ -279,7 +312,7 @@ func setDegradedCondition(st *dbv1.DatabaseStatus, in statusInput) {
 func phaseOf(in statusInput) dbv1.Phase {
 	obs := in.obs
 	switch {
-	case obs.err != nil && in.ready == 0:
+	case (obs.err != nil || len(in.failing) > 0) && in.ready == 0:
 		return dbv1.PhaseFailed
 	case obs.restoring && obs.restored != nil && obs.restored.Reason == dbv1.ReasonRestoreFailed:
 		return dbv1.PhaseFailed
@@ -289,7 +322,7 @@ func phaseOf(in statusInput) dbv1.Phase {
 		return dbv1.PhaseDegraded
 	case obs.statefulSet == nil:
 		return dbv1.PhasePending
-	case in.allReady && !in.progressing:
+	case in.allReady && !in.progressing && in.replicationBroken == "":
 		return dbv1.PhaseRunning
 	case !in.primaryReady && in.ready == 0 && in.progressing:
 		return dbv1.PhaseProvisioning

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,6 +92,22 @@ func TestComputeStatus(t *testing.T) {
 			observedGenerationMoves: true,
 		},
 		{
+			name: "all ready but a replica does not replicate", db: newDB(dbv1.EnginePostgreSQL, running),
+			obs: observed{statefulSet: sts(3, 3, 3, true), pods: []corev1.Pod{
+				pod("orders-0", rolePrimary, true), pod("orders-1", roleReplica, true), pod("orders-2", roleReplica, true)},
+				instancesObserved: true,
+				replication:       replicationHealth{metav1.ConditionFalse, dbv1.ReasonReplicaNotReplicating, "not replicating from orders-0: orders-2 is Stopped (WAL replay is paused)"}},
+			phase: dbv1.PhaseDegraded, ready: "False", progressing: "False", degraded: "True", readyReason: dbv1.ReasonReplicationUnhealthy,
+			primary: "orders-0", observedGenerationMoves: true,
+		},
+		{
+			name: "a new Database whose pod cannot start", db: newDB(dbv1.EnginePostgreSQL),
+			obs: observed{statefulSet: sts(1, 0, 1, true), pods: []corev1.Pod{pod("orders-0", "", false)}, instancesObserved: true,
+				instanceStates: []dbv1.InstanceStatus{{Name: "orders-0", Failure: &dbv1.InstanceFailure{Reason: "CreateContainerConfigError", Container: "database", Message: `secret "orders-tls" not found`}}}},
+			phase: dbv1.PhaseFailed, ready: "False", progressing: "True", degraded: "True", readyReason: dbv1.ReasonPrimaryNotReady,
+			observedGenerationMoves: true,
+		},
+		{
 			name: "a phase failed with nothing ready", db: newDB(dbv1.EnginePostgreSQL),
 			obs:   observed{failedPhase: "Apply", err: errors.New("applying StatefulSet orders: forbidden")},
 			phase: dbv1.PhaseFailed, ready: "False", progressing: "True", degraded: "True", readyReason: dbv1.ReasonPrimaryNotReady,
@@ -124,6 +141,23 @@ func TestComputeStatus(t *testing.T) {
 			if tt.obs.err != nil {
 				if c := meta.FindStatusCondition(st.Conditions, dbv1.ConditionDegraded); c.Reason != "ApplyFailed" || c.Message != tt.obs.err.Error() {
 					t.Errorf("Degraded %+v does not carry the failed phase and its error", c)
+				}
+			}
+			if f := failingInstances(tt.obs.instanceStates); len(f) > 0 {
+				for _, typ := range []string{dbv1.ConditionInstancesHealthy, dbv1.ConditionDegraded, dbv1.ConditionReady} {
+					c := meta.FindStatusCondition(st.Conditions, typ)
+					if c == nil || !strings.Contains(c.Message, f[0].Name) || !strings.Contains(c.Message, f[0].Failure.Reason) || !strings.Contains(c.Message, f[0].Failure.Message) {
+						t.Errorf("%s %+v does not name %s, its reason and its message", typ, c, f[0].Name)
+					}
+				}
+			}
+			if rh := tt.obs.replication; rh.reason != "" {
+				c := meta.FindStatusCondition(st.Conditions, dbv1.ConditionReplicationHealthy)
+				if c == nil || c.Status != rh.status || c.Reason != rh.reason || c.Message != rh.message {
+					t.Errorf("ReplicationHealthy %+v, want %+v", c, rh)
+				}
+				if r := meta.FindStatusCondition(st.Conditions, dbv1.ConditionReady); rh.status == metav1.ConditionFalse && !strings.Contains(r.Message, rh.message) {
+					t.Errorf("Ready %q does not say why replication is unhealthy", r.Message)
 				}
 			}
 			if st.CurrentPrimary != tt.primary {

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -111,6 +112,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	operatorMetrics, err := NewOperatorMetrics(metrics.Registry)
+	if err != nil {
+		return err
+	}
+	clientset, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("creating the clientset that reads pod logs: %w", err)
+	}
 	opts.Values.LeaseDuration = opts.PrimaryLeaseDuration
 	renderer, err := chart.Load(helmcharts.Database, "database")
 	if err != nil {
@@ -133,8 +142,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		leases:        &leaseClock{},
 		restarts:      &restartLog{},
 		Agents:        AgentPromoting,
+		Logs:          ClientsetPodLogs(clientset),
+		diagnoses:     &diagnosisLog{},
 
 		BackupMetrics: backupMetrics,
+		Metrics:       operatorMetrics,
 	}
 	if opts.DatabaseWorkers < 1 {
 		opts.DatabaseWorkers = DefaultDatabaseWorkers

@@ -105,6 +105,12 @@ type Status struct {
 	Source string
 	// Streaming is true when a replica is connected to its source.
 	Streaming bool
+	// Applying is true when a replica applies what it receives (PostgreSQL:
+	// replay not paused; MySQL and MariaDB: the SQL thread runs).
+	Applying bool
+	// ReplicationError, on a replica, is the last replication error its
+	// server reports (MySQL and MariaDB: the IO or SQL thread's), if any.
+	ReplicationError string
 	// Behind, on a replica, is how much it received but has not applied
 	// yet: bytes of WAL (PostgreSQL), transactions (MySQL, MariaDB).
 	Behind int64

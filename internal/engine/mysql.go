@@ -33,6 +33,7 @@ type dialect interface {
 	// receivedColumn is the replica-status column with the received GTIDs.
 	receivedColumn() string
 	ioRunningColumn() string
+	sqlRunningColumn() string
 	sourceHostColumn() string
 	sourcePortColumn() string
 	fence() []string
@@ -99,6 +100,7 @@ func (mysqlDialect) replicaStatus() string        { return "SHOW REPLICA STATUS"
 func (mysqlDialect) syncClientsStatus() string    { return "Rpl_semi_sync_source_clients" }
 func (mysqlDialect) receivedColumn() string       { return "Retrieved_Gtid_Set" }
 func (mysqlDialect) ioRunningColumn() string      { return "Replica_IO_Running" }
+func (mysqlDialect) sqlRunningColumn() string     { return "Replica_SQL_Running" }
 func (mysqlDialect) sourceHostColumn() string     { return "Source_Host" }
 func (mysqlDialect) sourcePortColumn() string     { return "Source_Port" }
 
@@ -195,6 +197,7 @@ func (mariadbDialect) replicaStatus() string     { return "SHOW SLAVE STATUS" }
 func (mariadbDialect) syncClientsStatus() string { return "Rpl_semi_sync_master_clients" }
 func (mariadbDialect) receivedColumn() string    { return "Gtid_IO_Pos" }
 func (mariadbDialect) ioRunningColumn() string   { return "Slave_IO_Running" }
+func (mariadbDialect) sqlRunningColumn() string  { return "Slave_SQL_Running" }
 func (mariadbDialect) sourceHostColumn() string  { return "Master_Host" }
 func (mariadbDialect) sourcePortColumn() string  { return "Master_Port" }
 
@@ -375,6 +378,14 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 	}
 	st.Role = RoleReplica
 	st.Streaming = row[m.d.ioRunningColumn()] == "Yes"
+	st.Applying = row[m.d.sqlRunningColumn()] == "Yes"
+	// The SQL thread's error first: it is the one that stops applying.
+	for _, col := range []string{"Last_SQL_Error", "Last_IO_Error"} {
+		if e := strings.TrimSpace(row[col]); e != "" {
+			st.ReplicationError = e
+			break
+		}
+	}
 	// Error 1236 (fatal error reading the source's binary log): the source
 	// purged what this replica needs next, or the replica holds
 	// transactions the source lacks. The IO thread retries for ever and

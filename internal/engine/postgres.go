@@ -78,10 +78,14 @@ func (p *postgres) Status(ctx context.Context) (Status, error) {
 
 	var received, replayed *string
 	var checkpointTLI int64
-	if err := p.conn.QueryRow(ctx, `SELECT pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, (SELECT timeline_id FROM pg_control_checkpoint())`).Scan(&received, &replayed, &checkpointTLI); err != nil {
+	var paused bool
+	if err := p.conn.QueryRow(ctx, `SELECT pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, (SELECT timeline_id FROM pg_control_checkpoint()), pg_is_wal_replay_paused()`).Scan(&received, &replayed, &checkpointTLI, &paused); err != nil {
 		return Status{}, fmt.Errorf("PostgreSQL %s: reading replay position: %w", p.ep, err)
 	}
-	st := Status{Role: RoleReplica, ReadOnly: true}
+	st := Status{Role: RoleReplica, ReadOnly: true, Applying: !paused}
+	if paused {
+		st.ReplicationError = "WAL replay is paused (pg_wal_replay_pause)"
+	}
 	var receiverTLI int64
 	var receiverStatus, host string
 	var port int

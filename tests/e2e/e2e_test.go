@@ -341,6 +341,22 @@ func TestVersionWithoutServerFailsClearly(t *testing.T) {
 			t.Errorf("message %q does not say %q", msg, want)
 		}
 	}
+	// The Database says it too: not "no failure observed" while its only
+	// pod can never start.
+	eventually(t, time.Minute, "the Database names the pod's failure", func() string {
+		got := getDatabase(t, db)
+		for _, typ := range []string{dbv1.ConditionInstancesHealthy, dbv1.ConditionDegraded} {
+			c := meta.FindStatusCondition(got.Status.Conditions, typ)
+			if c == nil || c.Reason != "CreateContainerConfigError" || !strings.Contains(c.Message, db.Name+"-0") || !strings.Contains(c.Message, "no local match") {
+				return fmt.Sprintf("%s %+v", typ, c)
+			}
+		}
+		if got.Status.Phase != dbv1.PhaseFailed {
+			return fmt.Sprintf("phase %s", got.Status.Phase)
+		}
+		return ""
+	})
+	waitEventWithin(t, db.Namespace, db.Name, "Warning InstanceFailing: "+db.Name+"-0", time.Minute)
 }
 
 // TestPodsReachTheAPIServer: a pod reaches the API server where the

@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -49,6 +55,7 @@ func TestStoppedReplicaLeavesReadOnly(t *testing.T) {
 			replica := open(podIP(t, ns, repl))
 			eventually(t, time.Minute, "the re-pointed replica has every row", func() string { return d.state(replica, 20, true) })
 			eventually(t, time.Minute, repl+" back in -ro", inRO(true))
+			replicationHealthInStatus(t, d, db, repl)
 		})
 	}
 }
@@ -72,4 +79,55 @@ func monitoringSeesReplication(t *testing.T, d dialect, db *dbv1.Database) {
 		}
 		return ""
 	})
+}
+
+// replicationHealthInStatus: a replica that receives but no longer applies
+// (replay paused, the SQL thread stopped) keeps its pod ready and nothing
+// heals it; the status must still say so: status.instances shows it
+// Stopped with the reason, ReplicationHealthy is False naming it, and Ready
+// no longer claims health. Resumed, all is healthy again.
+func replicationHealthInStatus(t *testing.T, d dialect, db *dbv1.Database, repl string) {
+	t.Helper()
+	pause, resume := "STOP SLAVE SQL_THREAD", "START SLAVE SQL_THREAD"
+	if d.engine == dbv1.EnginePostgreSQL {
+		pause, resume = "SELECT pg_wal_replay_pause()", "SELECT pg_wal_replay_resume()"
+	}
+	health := func(want metav1.ConditionStatus, state dbv1.ReplicationState) func() string {
+		return func() string {
+			got := &dbv1.Database{}
+			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+				return err.Error()
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionReplicationHealthy)
+			if c == nil || c.Status != want {
+				return fmt.Sprintf("ReplicationHealthy %+v", c)
+			}
+			for _, in := range got.Status.Instances {
+				if in.Name == repl && in.Replication == state {
+					if want == metav1.ConditionFalse {
+						ready := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionReady)
+						if !strings.Contains(c.Message, repl) || in.LastError == "" || ready == nil || ready.Status != metav1.ConditionFalse || got.Status.Phase != dbv1.PhaseDegraded {
+							return fmt.Sprintf("ReplicationHealthy %q, %s's last error %q, Ready %+v, phase %s: want the replica named, its error, Ready False, Degraded",
+								c.Message, repl, in.LastError, ready, got.Status.Phase)
+						}
+						t.Logf("ReplicationHealthy: %s; Ready: %s", c.Message, ready.Message)
+					}
+					return ""
+				}
+			}
+			return fmt.Sprintf("instances %+v: want %s %s", got.Status.Instances, repl, state)
+		}
+	}
+	eventually(t, time.Minute, "replication healthy in status", health(metav1.ConditionTrue, dbv1.ReplicationStreaming))
+	root := d.superuser(t, db, podIP(t, db.Namespace, repl))
+	if err := execTimeout(root, pause); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	eventually(t, 90*time.Second, repl+" Stopped in status", health(metav1.ConditionFalse, dbv1.ReplicationStopped))
+	t.Logf("the status said %s stopped applying %s after it did", repl, time.Since(paused).Round(time.Second))
+	if err := execTimeout(root, resume); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, "replication healthy again", health(metav1.ConditionTrue, dbv1.ReplicationStreaming))
 }

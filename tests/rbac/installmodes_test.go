@@ -295,6 +295,7 @@ var usedElsewhere = map[string]string{
 	"rbac.authorization.k8s.io/roles:delete":           "objects the chart no longer renders are pruned (tests/integration)",
 	"rbac.authorization.k8s.io/rolebindings:delete":    "objects the chart no longer renders are pruned (tests/integration)",
 	"/events:patch":                                    "a repeated leader election Event is merged (patched) into the first",
+	"/pods/log:get":                                    "the diagnosis of a crash-looping instance reads its previous log (tests/e2e diagnosis_test.go)",
 }
 
 // auditEvent is the part of an audit event read here.
