@@ -110,6 +110,10 @@ func (m *OperatorMetrics) observe(db *dbv1.Database, st *dbv1.DatabaseStatus) {
 	}
 	ns, name := db.Namespace, db.Name
 	l := prometheus.Labels{"namespace": ns, "database": name}
+	// The counters start at 0, so that the first failover is an increase.
+	m.failovers.With(l)
+	m.switchovers.With(l)
+	m.fences.With(l)
 	m.instances.DeletePartialMatch(l)
 	roles := map[string]int{rolePrimary: 0, roleReplica: 0}
 	m.failing.DeletePartialMatch(l)
