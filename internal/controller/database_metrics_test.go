@@ -73,10 +73,13 @@ func TestOperatorMetrics(t *testing.T) {
 	}
 
 	m.forget("shop", "orders")
-	for name, c := range map[string]prometheus.Collector{"failovers": m.failovers, "replication": m.replication, "backup interval": m.backupInterval} {
+	for name, c := range map[string]prometheus.Collector{"replication": m.replication, "backup interval": m.backupInterval, "failover durations": m.failoverDuration} {
 		if n := testutil.CollectAndCount(c); n != 0 {
 			t.Errorf("%s: %d series of a deleted Database", name, n)
 		}
+	}
+	if n := testutil.CollectAndCount(m.failovers); n != 1 {
+		t.Errorf("%d failover counters after orders went, want billing's (at 0)", n)
 	}
 	if n := testutil.CollectAndCount(m.instances); n != 2 {
 		t.Errorf("%d instance series after orders went, want billing's 2 (0 primaries, 0 replicas)", n)
