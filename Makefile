@@ -88,7 +88,7 @@ test-olm: ## Subscribe through OLM to the catalog's older release and upgrade al
 	cd release/tests/olm && LOCAL_CLUSTER_BIN=$$KUBE OLM_BIN=$$OLMB \
 		unshare -n sh -c 'ip link set lo up && exec "$$0" -test.v -test.timeout 15m' $(LOCAL)/olm.test
 
-KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/manifests config/overlays/production config/overlays/namespaced
+KUSTOMIZE_LAYERS := config/default config/crd config/rbac config/manager config/webhook config/certmanager config/olm config/samples config/prometheus config/grafana config/manifests config/overlays/production config/overlays/namespaced
 
 .PHONY: verify-kustomize
 verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl apply -k` would read).
@@ -178,7 +178,12 @@ undeploy: ## Remove what `make deploy` installed (the CRDs too, and with them ev
 ##@ Tests
 
 .PHONY: test
-test: verify-generated verify-kustomize vet lint actionlint vuln test-unit scorecard test-images test-integration test-floor test-olm ## Everything CI runs.
+test: verify-generated verify-kustomize vet lint actionlint test-rules vuln test-unit scorecard test-images test-integration test-floor test-olm ## Everything CI runs.
+
+.PHONY: test-rules
+test-rules: ## The alerts and the dashboard: promtool (hack/tools/promtool, pinned) checks the PrometheusRule's rules and runs their unit tests (config/prometheus/tests), and every metric an alert or a panel uses must be in the metric contract.
+	@P=$$(hack/build-tools.sh promtool); cd hack/tools/promtool && \
+		GOWORK=off PROMTOOL=$$P/promtool go test -count=1 -v ./monitoring/ 2>&1 | grep -v '^=== RUN'
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).

@@ -18,6 +18,9 @@
 #        beside it, from golang.org/x/vulndb's data/osv) and prints the dir
 #        hack/build-tools.sh lint
 #        builds golangci-lint and prints its bin dir
+#        hack/build-tools.sh promtool|prometheus
+#        builds promtool (make test-rules) or the Prometheus server from
+#        hack/tools/promtool and prints their bin dir
 #        hack/build-tools.sh actionlint
 #        builds actionlint and prints its bin dir
 #        hack/build-tools.sh floor
@@ -96,6 +99,27 @@ if [[ "${1:-}" == actionlint ]]; then
 	al_ver="$(modver actionlint github.com/rhysd/actionlint)"
 	tool "actionlint-$al_ver" actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
 		"-X github.com/rhysd/actionlint.version=$al_ver"
+	echo "$bin"
+	exit 0
+fi
+
+# promtool (make test-rules) and the Prometheus server (the full tier), one
+# directory keyed by the pinned Prometheus version. Built without the
+# service-discovery plugins (remove_all_sd: file and HTTP discovery stay),
+# which would pull in every cloud provider's SDK; the server keeps
+# Kubernetes discovery (enable_kubernetes_sd), the one a Prometheus on the
+# local cluster needs to find the operator and the database pods.
+if [[ "${1:-}" == promtool || "${1:-}" == prometheus ]]; then
+	prom_ver="$(modver promtool github.com/prometheus/prometheus)"
+	prom_ld="-X github.com/prometheus/common/version.Version=${prom_ver#v} -X github.com/prometheus/common/version.Revision=$prom_ver"
+	prom_ld+=" -X github.com/prometheus/common/version.Branch=$prom_ver -X github.com/prometheus/common/version.BuildUser=database-operator"
+	bin="$cache/bin/prometheus-$prom_ver"
+	mkdir -p "$bin"
+	if [[ "$1" == promtool ]]; then
+		GOFLAGS="$GOFLAGS -tags=remove_all_sd" build promtool promtool github.com/prometheus/prometheus/cmd/promtool "$prom_ld"
+	else
+		GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" build promtool prometheus github.com/prometheus/prometheus/cmd/prometheus "$prom_ld"
+	fi
 	echo "$bin"
 	exit 0
 fi
