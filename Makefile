@@ -193,7 +193,7 @@ test-unit: ## Unit tests (no cluster).
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -parallel 3 -count=1 -timeout 45m ./tests/engine/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test $(GOTEST_FLAGS) -parallel 3 -count=1 -timeout 45m ./tests/engine/... ./tests/metrics/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/e2e/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 # The API tests: schema, CEL, conversion, the webhooks, and the release
@@ -239,6 +239,11 @@ bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; ro
 bench-backup: ## Backup and restore throughput (MB/s) of 1M rows per engine, to a directory (real servers).
 	@S3=$$(hack/build-tools.sh s3); \
 	VERSITYGW_BIN="$$S3" go test -run '^$$' -bench BenchmarkBackupRestore -benchtime=1x -timeout 30m ./tests/backup/
+
+METRICS_SCRAPES ?= 20
+.PHONY: bench-metrics
+bench-metrics: ## The cost of one scrape of the agent's database metrics per engine (real PostgreSQL and MariaDB primaries): time (ms/scrape) and size (bytes/scrape, series/scrape), over METRICS_SCRAPES scrapes.
+	go test -run '^$$' -bench BenchmarkScrape -benchtime=$(METRICS_SCRAPES)x -timeout 10m ./tests/metrics/
 
 .PHONY: bench
 bench: ## Benchmarks (render, apply decision); prints figures.

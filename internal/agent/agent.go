@@ -126,6 +126,11 @@ type Config struct {
 	// (<name>-headless.<namespace>.svc); PeerToken what the channel's
 	// callers present (PeerToken of the replication password).
 	PeerListen, PeerDomain, PeerToken string
+	// MetricsListen is the metrics port's address (empty: none), Metrics
+	// what it serves (internal/agent/metrics), over TLS with the pod's
+	// certificate as the peer channel when TLSDir is set.
+	MetricsListen string
+	Metrics       http.Handler
 	// Command is the start script and its arguments.
 	Command []string
 	// LeaseDuration is the primary Lease's duration the pod was started
@@ -217,18 +222,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	if a.cfg.PeerListen != "" {
-		peers := &http.Server{Addr: a.cfg.PeerListen, Handler: a.peerHandler(), ReadHeaderTimeout: 5 * time.Second}
-		pln, err := net.Listen("tcp", a.cfg.PeerListen)
+	// The pod's server certificate, read again when it is renewed.
+	certs := &certFiles{dir: a.cfg.TLSDir}
+	for _, l := range []struct {
+		what, addr string
+		handler    http.Handler
+	}{{"peer channel", a.cfg.PeerListen, a.peerHandler()}, {"metrics", a.cfg.MetricsListen, a.cfg.Metrics}} {
+		if l.addr == "" || l.handler == nil {
+			continue
+		}
+		hs := &http.Server{Addr: l.addr, Handler: l.handler, ReadHeaderTimeout: 5 * time.Second}
+		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
-			return fmt.Errorf("peer channel on %s: %w", a.cfg.PeerListen, err)
+			return fmt.Errorf("%s on %s: %w", l.what, l.addr, err)
 		}
 		if a.cfg.TLSDir != "" {
-			// The pod's server certificate, read again when it is renewed.
-			pln = tls.NewListener(pln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: (&certFiles{dir: a.cfg.TLSDir}).get})
+			ln = tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get})
 		}
-		go func() { _ = peers.Serve(pln) }()
-		defer peers.Close()
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
 	}
 
 	// The loops outlive the pod's stop signal: the Lease is renewed and the

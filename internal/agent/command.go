@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent/metrics"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -28,7 +31,8 @@ const DefaultListen = "127.0.0.1:8010"
 // AGENT_PORT, AGENT_LEASE_DURATION and AGENT_HANDOVER_TIMEOUT (Go
 // durations; optional), POD_UID, TOPOLOGY_DIR, PEER_DOMAIN, REPLICATION_PASSWORD (from which
 // the peer channel's token derives) and the superuser's credentials
-// (POSTGRES_USER/POSTGRES_PASSWORD, or root and ROOT_PASSWORD).
+// (POSTGRES_USER/POSTGRES_PASSWORD, or root and ROOT_PASSWORD); for the
+// metrics port, DATABASE_NAME, MONITORING_DIR and PGDATA or DATADIR.
 func Command(ctx context.Context, args []string, logw io.Writer) error {
 	if len(args) > 0 && args[0] == "probe" {
 		if len(args) != 2 {
@@ -87,6 +91,11 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		return err
 	}
 	cfg.PeerToken = PeerToken(repl)
+	cfg.Log = logger(logw).WithValues("pod", cfg.Pod)
+	if err := withMetrics(&cfg); err != nil {
+		// The server runs all the same: metrics are not worth an outage.
+		cfg.Log.Error(err, "not serving the database metrics")
+	}
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		return fmt.Errorf("the agent reaches the API server with the pod's service account: %w", err)
@@ -96,8 +105,34 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		return err
 	}
 	cfg.Leases = cs.CoordinationV1().Leases(cfg.Namespace)
-	cfg.Log = logger(logw).WithValues("pod", cfg.Pod)
 	return New(cfg).Run(ctx)
+}
+
+// withMetrics sets up the metrics port: the Database's name from
+// DATABASE_NAME (or the Lease's, <name>-primary), the monitoring
+// account's credentials from the Secret mounted at MONITORING_DIR (read at
+// each scrape: it may appear or rotate after the pod started), the data
+// directory from PGDATA or DATADIR.
+func withMetrics(cfg *Config) error {
+	name := os.Getenv("DATABASE_NAME")
+	if name == "" {
+		name = strings.TrimSuffix(cfg.LeaseName, "-primary")
+	}
+	dataDir := os.Getenv("DATADIR")
+	if cfg.Engine == dbv1.EnginePostgreSQL {
+		dataDir = os.Getenv("PGDATA")
+	}
+	m, err := metrics.New(metrics.Config{
+		Database: name, Engine: cfg.Engine, Server: cfg.Server, TLSDir: cfg.TLSDir, DataDir: dataDir,
+		Credentials: metrics.FileCredentials(os.Getenv("MONITORING_DIR")), Log: cfg.Log,
+	})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(metrics.Path, m.Handler())
+	cfg.MetricsListen, cfg.Metrics = fmt.Sprintf(":%d", metrics.Port), mux
+	return nil
 }
 
 // logger writes one line of key-value pairs per entry, as the start scripts' lines sit beside it.

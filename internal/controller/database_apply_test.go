@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	helmcharts "example.com/database-operator/helm-charts"
+	"example.com/database-operator/internal/agent/metrics"
 	"example.com/database-operator/internal/chart"
 	"example.com/database-operator/internal/engine"
 )
@@ -289,7 +291,8 @@ func TestParametersInConfiguration(t *testing.T) {
 // the clients spec.network names, with the instances and the Jobs) and
 // the operator's pods (by namespace and label, never its whole namespace);
 // the agents' peer channel only to the Database's own instances and the
-// operator's pods; out, only the instances, DNS and the API server's ports.
+// operator's pods; their metrics port to any scraper; out, only the
+// instances, DNS and the API server's ports.
 func TestNetworkPolicy(t *testing.T) {
 	objs, err := desiredObjects(loadChart(t), newDB(dbv1.EnginePostgreSQL), ValueOptions{OperatorNamespace: "operators", OperatorImage: testOperatorImage})
 	if err != nil {
@@ -307,6 +310,7 @@ func TestNetworkPolicy(t *testing.T) {
 	want := map[string][]networkingv1.NetworkPolicyPeer{
 		"postgresql": {{PodSelector: &metav1.LabelSelector{}}, operator},
 		"agent":      {instances, operator},
+		"metrics":    nil, // whoever scrapes them
 	}
 	if len(np.Spec.Ingress) != len(want) {
 		t.Fatalf("%d ingress rules, want %d", len(np.Spec.Ingress), len(want))
@@ -316,6 +320,9 @@ func TestNetworkPolicy(t *testing.T) {
 			t.Fatalf("rule %+v: want one port", rule)
 		}
 		port := rule.Ports[0].Port.String()
+		if _, ok := want[port]; !ok {
+			t.Errorf("port %s open, want only %v", port, slices.Collect(maps.Keys(want)))
+		}
 		if !equality.Semantic.DeepEqual(rule.From, want[port]) {
 			t.Errorf("port %s open to %+v, want %+v", port, rule.From, want[port])
 		}
@@ -389,6 +396,48 @@ func TestChartPortsFollowTheEngine(t *testing.T) {
 		}
 		if p := svc.Spec.Ports[0]; p.Port != want.Port || p.Name != want.PortName {
 			t.Errorf("%s: -rw serves %d %s, want %d %s", e, p.Port, p.Name, want.Port, want.PortName)
+		}
+	}
+}
+
+// TestChartServesAgentMetrics: every engine's pod names the agent's
+// metrics port (the one the agent listens on, which the PodMonitor
+// scrapes by name) and gives the agent the Database's name and the
+// monitoring account's Secret (the one the operator keeps), mounted and
+// optional: the operator may create it after the pod.
+func TestChartServesAgentMetrics(t *testing.T) {
+	for _, e := range dbv1.Engines() {
+		db := newDB(e)
+		objs, err := desiredObjects(loadChart(t), db, ValueOptions{OperatorImage: testOperatorImage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(byKindName(objs)["StatefulSet/orders"].Object, sts); err != nil {
+			t.Fatal(err)
+		}
+		c := sts.Spec.Template.Spec.Containers[0]
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == metrics.Port && p.Name == "metrics" }) {
+			t.Errorf("%s: container ports %+v, want %d named metrics", e, c.Ports, metrics.Port)
+		}
+		env := map[string]string{}
+		for _, v := range c.Env {
+			env[v.Name] = v.Value
+		}
+		if env["DATABASE_NAME"] != db.Name {
+			t.Errorf("%s: DATABASE_NAME %q, want %q", e, env["DATABASE_NAME"], db.Name)
+		}
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == env["MONITORING_DIR"] })
+		if env["MONITORING_DIR"] == "" || i < 0 {
+			t.Fatalf("%s: MONITORING_DIR %q is not a mount of %+v", e, env["MONITORING_DIR"], c.VolumeMounts)
+		}
+		j := slices.IndexFunc(sts.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == c.VolumeMounts[i].Name })
+		if j < 0 {
+			t.Fatalf("%s: no volume %s", e, c.VolumeMounts[i].Name)
+		}
+		sec := sts.Spec.Template.Spec.Volumes[j].Secret
+		if sec == nil || sec.SecretName != monitoringSecretName(db) || !ptr.Deref(sec.Optional, false) {
+			t.Errorf("%s: the monitoring volume is %+v, want Secret %s, optional", e, sts.Spec.Template.Spec.Volumes[j].VolumeSource, monitoringSecretName(db))
 		}
 	}
 }

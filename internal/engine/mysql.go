@@ -353,18 +353,25 @@ func (m *mysqlFamily) replicaRow(ctx context.Context) (map[string]string, error)
 }
 
 func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
+	st, _, err := m.status(ctx)
+	return st, err
+}
+
+// status is Status, with the replica status row it was read from (empty
+// on a primary).
+func (m *mysqlFamily) status(ctx context.Context) (Status, map[string]string, error) {
 	var readOnly bool
 	var executed string
 	if err := m.db.QueryRowContext(ctx, "SELECT @@GLOBAL.read_only").Scan(&readOnly); err != nil {
-		return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+		return Status{}, nil, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
 	}
 	if err := m.db.QueryRowContext(ctx, m.d.positionQuery()).Scan(&executed); err != nil {
-		return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+		return Status{}, nil, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
 	}
 	executed = m.d.canonical(strings.ReplaceAll(executed, "\n", ""))
 	row, err := m.replicaRow(ctx)
 	if err != nil {
-		return Status{}, err
+		return Status{}, nil, err
 	}
 	st := Status{Role: RolePrimary, ReadOnly: readOnly, Applied: Position{GTID: executed}, Received: Position{GTID: executed}}
 	if len(row) == 0 {
@@ -372,9 +379,9 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 		var name string
 		err := m.db.QueryRowContext(ctx, "SHOW GLOBAL STATUS LIKE '"+m.d.syncClientsStatus()+"'").Scan(&name, &st.SyncReplicas)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return Status{}, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+			return Status{}, nil, fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
 		}
-		return st, nil
+		return st, row, nil
 	}
 	st.Role = RoleReplica
 	st.Streaming = row[m.d.ioRunningColumn()] == "Yes"
@@ -400,7 +407,7 @@ func (m *mysqlFamily) Status(ctx context.Context) (Status, error) {
 	if behind, err := m.d.lag(st.Applied.GTID, st.Received.GTID); err == nil {
 		st.Behind = behind
 	}
-	return st, nil
+	return st, row, nil
 }
 
 // Fence makes the server read-only, then ends every client session but

@@ -48,6 +48,12 @@ app.kubernetes.io/part-of: database-operator
 {{- .Values.replicationSecret | default (printf "%s-replication" (include "database.fullname" .)) -}}
 {{- end -}}
 
+{{/* The Secret of the monitoring account (the agent's metrics), and where it is mounted. */}}
+{{- define "database.monitoringSecret" -}}
+{{- .Values.monitoringSecret | default (printf "%s-monitoring" (include "database.fullname" .)) -}}
+{{- end -}}
+{{- define "database.monitoringPath" -}}/etc/database-operator/monitoring{{- end -}}
+
 {{/* Where the data volume is mounted. */}}
 {{- define "database.dataPath" -}}
 {{- if eq .Values.engine "postgresql" -}}/var/lib/postgresql/data{{- else -}}/var/lib/mysql{{- end -}}
