@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +89,60 @@ func TestOperatorMetrics(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(m.databases.WithLabelValues("shop", "Running")); v != 1 || testutil.CollectAndCount(m.databases) != 1 {
 		t.Errorf("Databases by phase after orders went: running %v, series %d; want billing alone", v, testutil.CollectAndCount(m.databases))
+	}
+}
+
+// TestOperatorMetricsAreDocumented: the operator registers exactly the
+// series of the documented table (docs/monitoring.md, the contract the
+// alerts and the dashboard are checked against), each of its type.
+func TestOperatorMetricsAreDocumented(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewOperatorMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBackupMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One child each, so that every family is gathered.
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Schedule: "@daily"}
+		db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-20 * time.Second)}
+	})
+	m.observe(db, &dbv1.DatabaseStatus{Phase: dbv1.PhaseRunning, Instances: []dbv1.InstanceStatus{{Name: "orders-0", Failure: &dbv1.InstanceFailure{Reason: "OOMKilled"}}},
+		Conditions: []metav1.Condition{{Type: dbv1.ConditionReplicationHealthy, Status: metav1.ConditionTrue}}})
+	m.onEvent(db, "FailoverCompleted", time.Now())
+	m.phaseDone("Apply", time.Millisecond)
+	done := metav1.Now()
+	b.observe(&dbv1.Backup{Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "orders"}}}, &dbv1.BackupStatus{Phase: dbv1.BackupCompleted, CompletedAt: &done})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := map[string]string{}
+	for _, f := range families {
+		registered[f.GetName()] = strings.ToLower(f.GetType().String())
+	}
+	doc, err := os.ReadFile("../../docs/monitoring.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{}
+	for _, row := range regexp.MustCompile("(?m)^\\| `(database_operator_[a-z0-9_]+)` \\| (gauge|counter|histogram) \\|").FindAllStringSubmatch(string(doc), -1) {
+		documented[row[1]] = row[2]
+	}
+	if len(documented) == 0 {
+		t.Fatal("docs/monitoring.md documents no operator series")
+	}
+	for name, typ := range documented {
+		if registered[name] != typ {
+			t.Errorf("%s is documented as a %s; the operator registers %q", name, typ, registered[name])
+		}
+	}
+	for name := range registered {
+		if _, ok := documented[name]; !ok {
+			t.Errorf("%s is registered but not documented", name)
+		}
 	}
 }

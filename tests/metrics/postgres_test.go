@@ -60,6 +60,7 @@ func TestPostgresMetrics(t *testing.T) {
 		return s.is(1, "database_instance_up") && s.is(1, "database_replication_streaming") && s.is(0, "database_replication_lag_bytes")
 	})
 	rs.checkCommon(t, dbv1.EnginePostgreSQL, version, maxConns, library...)
+	seenAll(t, []string{"database_replication_lag_transactions"}, before, rs)
 	for name, want := range map[string]float64{"database_instance_is_primary": 0, "database_replication_applying": 1, "database_replication_lag_seconds": 0} {
 		if !rs.is(want, name) {
 			t.Errorf("replica: %s is not %v:\n%s", name, want, rs.series())

@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -177,17 +180,43 @@ func (s scraped) series() string {
 	return strings.Join(out, "\n")
 }
 
-// contractTypes are the contract's series and their types: every one the
-// scrape has must be of its type.
-var contractTypes = map[string]dto.MetricType{
-	"database_instance_up": dto.MetricType_GAUGE, "database_instance_is_primary": dto.MetricType_GAUGE,
-	"database_instance_info": dto.MetricType_GAUGE, "database_replication_streaming": dto.MetricType_GAUGE,
-	"database_replication_applying": dto.MetricType_GAUGE, "database_replication_lag_seconds": dto.MetricType_GAUGE,
-	"database_replication_lag_bytes": dto.MetricType_GAUGE, "database_replication_lag_transactions": dto.MetricType_GAUGE,
-	"database_connections": dto.MetricType_GAUGE, "database_connections_max": dto.MetricType_GAUGE,
-	"database_postgres_xid_age": dto.MetricType_GAUGE, "database_wal_bytes_total": dto.MetricType_COUNTER,
-	"database_size_bytes": dto.MetricType_GAUGE, "database_volume_used_bytes": dto.MetricType_GAUGE,
-	"database_volume_capacity_bytes": dto.MetricType_GAUGE, "database_last_scrape_error": dto.MetricType_GAUGE,
+// contractTypes are the agent's series of the documented metric table
+// (docs/monitoring.md, the one source of the contract the alerts and the
+// dashboard are checked against by make test-rules), by type: every
+// database_ series a scrape has must be one of them, of its type, and each
+// engine's scrapes together must have each (seenAll).
+var contractTypes = documentedAgentSeries()
+
+func documentedAgentSeries() map[string]dto.MetricType {
+	b, err := os.ReadFile("../../docs/monitoring.md")
+	if err != nil {
+		panic(err)
+	}
+	types := map[string]dto.MetricType{"gauge": dto.MetricType_GAUGE, "counter": dto.MetricType_COUNTER, "histogram": dto.MetricType_HISTOGRAM}
+	out := map[string]dto.MetricType{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(database_[a-z0-9_]+)` \\| (gauge|counter|histogram) \\|").FindAllStringSubmatch(string(b), -1) {
+		if !strings.HasPrefix(m[1], "database_operator_") {
+			out[m[1]] = types[m[2]]
+		}
+	}
+	if len(out) < 10 {
+		panic(fmt.Sprintf("docs/monitoring.md documents %d agent series", len(out)))
+	}
+	return out
+}
+
+// seenAll fails unless the scrapes, together, have every documented
+// series but those the engine does not have (notOn).
+func seenAll(t testing.TB, notOn []string, scrapes ...scraped) {
+	t.Helper()
+	for name := range contractTypes {
+		if slices.Contains(notOn, name) {
+			continue
+		}
+		if !slices.ContainsFunc(scrapes, func(s scraped) bool { _, ok := s.fams[name]; return ok }) {
+			t.Errorf("no scrape has the documented series %s", name)
+		}
+	}
 }
 
 // checkTypes fails on a database_ series that is not in the contract or

@@ -1,47 +1,53 @@
 package monitoring
 
-import "strings"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
 
-// Contract is every metric name the agents and the operator export (the
-// metric contract of issue 30, documented with the metrics), by the type
-// it has. The alerts and the dashboard may use these, a histogram's
-// _bucket, _sum and _count series, and the standard series below.
-var Contract = map[string]string{
-	// The agent in every database pod (label database; Prometheus adds
-	// namespace and pod).
-	"database_instance_up":                  "gauge",
-	"database_instance_is_primary":          "gauge",
-	"database_instance_info":                "gauge",
-	"database_replication_streaming":        "gauge",
-	"database_replication_applying":         "gauge",
-	"database_replication_lag_seconds":      "gauge",
-	"database_replication_lag_bytes":        "gauge",
-	"database_replication_lag_transactions": "gauge",
-	"database_connections":                  "gauge",
-	"database_connections_max":              "gauge",
-	"database_postgres_xid_age":             "gauge",
-	"database_wal_bytes_total":              "counter",
-	"database_size_bytes":                   "gauge",
-	"database_volume_used_bytes":            "gauge",
-	"database_volume_capacity_bytes":        "gauge",
-	"database_last_scrape_error":            "gauge",
+// ContractFile is the documented table of every series the agents and the
+// operator export: the metric contract the alerts and the dashboard are
+// checked against, and which the main module's tests check against real
+// scrapes of each engine and of the operator.
+const ContractFile = "docs/monitoring.md"
 
-	// The operator (labels namespace, database).
-	"database_operator_backups_total":                         "counter",
-	"database_operator_backup_last_success_timestamp_seconds": "gauge",
-	"database_operator_backup_last_succeeded":                 "gauge",
-	"database_operator_backup_last_size_bytes":                "gauge",
-	"database_operator_backup_schedule_interval_seconds":      "gauge",
-	"database_operator_failovers_total":                       "counter",
-	"database_operator_switchovers_total":                     "counter",
-	"database_operator_failover_duration_seconds":             "histogram",
-	"database_operator_fence_events_total":                    "counter",
-	"database_operator_instances":                             "gauge",
-	"database_operator_databases":                             "gauge",
-	"database_operator_reconcile_phase_duration_seconds":      "histogram",
-	"database_operator_instance_failing":                      "gauge",
-	"database_operator_replication_healthy":                   "gauge",
+// Contract is every metric name of ContractFile, by the type it has
+// (gauge, counter, histogram): the rows "| `name` | type | ...".
+var Contract = mustContract(root)
+
+// contractRow is one row of a metric table of ContractFile.
+var contractRow = regexp.MustCompile("(?m)^\\| `([a-z_:][a-z0-9_:]*)` \\| (gauge|counter|histogram) \\|")
+
+// ParseContract reads the metric tables of the contract file under root.
+func ParseContract(root string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(root, ContractFile))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, m := range contractRow.FindAllSubmatch(b, -1) {
+		out[string(m[1])] = string(m[2])
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s has no metric table", ContractFile)
+	}
+	return out, nil
 }
+
+func mustContract(root string) map[string]string {
+	c, err := ParseContract(root)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// root is the repository (this module is hack/tools/promtool); the
+// checks run from the package's directory.
+const root = "../../../.."
 
 // standardPrefixes are the series controller-runtime exports in the
 // operator (its reconcile counters and work queues).

@@ -13,9 +13,6 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// root is the repository (this module is hack/tools/promtool).
-const root = "../../../.."
-
 // TestPromtool runs promtool (PROMTOOL, which make test-rules builds from
 // this module) on the PrometheusRule's rule groups: check rules, then the
 // unit tests of config/prometheus/tests.
@@ -208,6 +205,21 @@ func TestDashboard(t *testing.T) {
 		if !bytes.Contains(k, []byte(want)) {
 			t.Errorf("config/grafana/kustomization.yaml does not hold %s", want)
 		}
+	}
+}
+
+// TestContractIsTheDocumentedTables: the tables hold the series the
+// agents and the operator promise (a few pinned here, so an emptied or
+// reformatted table cannot pass).
+func TestContractIsTheDocumentedTables(t *testing.T) {
+	for name, typ := range map[string]string{"database_instance_up": "gauge", "database_wal_bytes_total": "counter",
+		"database_operator_failover_duration_seconds": "histogram", "database_operator_backups_total": "counter"} {
+		if Contract[name] != typ {
+			t.Errorf("%s: %q in %s, want %s", name, Contract[name], ContractFile, typ)
+		}
+	}
+	if len(Contract) < 30 {
+		t.Errorf("%d series in %s's tables", len(Contract), ContractFile)
 	}
 }
 
