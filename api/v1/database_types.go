@@ -338,12 +338,12 @@ const (
 	ReasonReplicationUnhealthy = "ReplicationUnhealthy"
 )
 
-// Reasons of the InstancesHealthy condition: InstancesRunning, or the
+// Reasons of the InstancesHealthy condition: NoInstanceFailing, or the
 // first failing instance's reason (Unschedulable, ClaimPending, and the
 // kubelet's own: CrashLoopBackOff, OOMKilled, CreateContainerConfigError,
 // ImagePullBackOff, ErrImagePull, ...; RestartingRepeatedly).
 const (
-	ReasonInstancesRunning = "InstancesRunning"
+	ReasonNoInstanceFailing = "NoInstanceFailing"
 )
 
 // ReplicationState is what a replica's replication does.

@@ -235,7 +235,7 @@ func setInstancesCondition(st *dbv1.DatabaseStatus, in statusInput) {
 	}
 	failing := failingInstances(in.obs.instanceStates)
 	if len(failing) == 0 {
-		setCondition(st, in.db, dbv1.ConditionInstancesHealthy, "True", dbv1.ReasonInstancesRunning, "every instance's pod runs")
+		setCondition(st, in.db, dbv1.ConditionInstancesHealthy, "True", dbv1.ReasonNoInstanceFailing, "no instance's pod is failing")
 		return
 	}
 	msg := ""

@@ -22,7 +22,7 @@ type statusInstance struct {
 }
 
 func (i statusInstance) Status(context.Context) (engine.Status, error) { return i.st, nil }
-func (statusInstance) Close() error                                     { return nil }
+func (statusInstance) Close() error                                    { return nil }
 
 // TestJudgeReplication: each replica's state is judged against the
 // primary this reconcile saw writable, and the condition names the ones
