@@ -4,7 +4,6 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,36 +25,19 @@ import (
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent/metrics"
 	"example.com/database-operator/internal/engine"
+	"example.com/database-operator/tests/utils/logbuf"
 )
 
 // monitorPassword is the monitoring account's password in these tests: it
 // must never show in a scrape or a log line.
 const monitorPassword = "m0nitor-Secret-pw"
 
-// syncBuffer is a log sink the collector writes from its goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // agentMetrics is one server's metrics as its agent serves them.
 type agentMetrics struct {
 	name    string
 	c       *metrics.Collector
 	handler http.Handler
-	log     *syncBuffer
+	log     *logbuf.Buffer
 }
 
 // newAgentMetrics makes the collector an agent of Database db runs for
@@ -64,7 +45,7 @@ type agentMetrics struct {
 // monitoring account.
 func newAgentMetrics(t testing.TB, db string, e dbv1.Engine, port int, dataDir, password string, timeout time.Duration) *agentMetrics {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &logbuf.Buffer{}
 	log := funcr.New(func(prefix, args string) {
 		fmt.Fprintln(buf, prefix, args)
 		t.Log(db, args)

@@ -71,13 +71,9 @@ func initLibraries() error {
 // postgresExporter runs postgres_exporter's collectors once, within ctx,
 // on a connection of their own.
 func (c *Collector) postgresExporter(ctx context.Context, ch chan<- prometheus.Metric) error {
-	creds, err := c.cfg.Credentials()
+	creds, timeout, err := c.libraryLogin(ctx)
 	if err != nil {
-		return fmt.Errorf("the monitoring account's credentials: %w", err)
-	}
-	timeout := time.Until(deadline(ctx, c.cfg.Timeout))
-	if timeout < time.Millisecond {
-		return ctx.Err()
+		return err
 	}
 	kv := map[string]string{
 		"host": c.cfg.Server.Host, "port": strconv.Itoa(c.cfg.Server.Port), "user": creds.User, "password": creds.Password,
@@ -103,6 +99,20 @@ func (c *Collector) postgresExporter(ctx context.Context, ch chan<- prometheus.M
 	return countSent(pc, ch, "postgres_exporter could not connect")
 }
 
+// libraryLogin is what a community collector connects with: the
+// monitoring account and the time left of the scrape.
+func (c *Collector) libraryLogin(ctx context.Context) (engine.Credentials, time.Duration, error) {
+	creds, err := c.cfg.Credentials()
+	if err != nil {
+		return engine.Credentials{}, 0, fmt.Errorf("the monitoring account's credentials: %w", err)
+	}
+	timeout := time.Until(deadline(ctx, c.cfg.Timeout))
+	if timeout < time.Millisecond {
+		return engine.Credentials{}, 0, ctx.Err()
+	}
+	return creds, timeout, nil
+}
+
 // pqQuote quotes a value of a libpq connection string.
 func pqQuote(v string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
@@ -111,13 +121,9 @@ func pqQuote(v string) string {
 // mysqldExporter runs mysqld_exporter's scrapers once, within ctx, on a
 // connection of their own.
 func (c *Collector) mysqldExporter(ctx context.Context, ch chan<- prometheus.Metric) error {
-	creds, err := c.cfg.Credentials()
+	creds, timeout, err := c.libraryLogin(ctx)
 	if err != nil {
-		return fmt.Errorf("the monitoring account's credentials: %w", err)
-	}
-	timeout := time.Until(deadline(ctx, c.cfg.Timeout))
-	if timeout < time.Millisecond {
-		return ctx.Err()
+		return err
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.User, cfg.Passwd = "tcp", c.cfg.Server.String(), creds.User, creds.Password

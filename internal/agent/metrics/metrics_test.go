@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
@@ -20,30 +19,14 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/engine"
+	"example.com/database-operator/tests/utils/logbuf"
 )
 
 const secret = "s3cret-Monitor-pw"
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newCollector(t *testing.T, e dbv1.Engine, port int, timeout time.Duration) (*Collector, *syncBuffer) {
+func newCollector(t *testing.T, e dbv1.Engine, port int, timeout time.Duration) (*Collector, *logbuf.Buffer) {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &logbuf.Buffer{}
 	c, err := New(Config{Database: "orders", Engine: e, Server: engine.Endpoint{Host: "127.0.0.1", Port: port},
 		DataDir: filepath.Join(t.TempDir(), "not-yet"), Timeout: timeout,
 		Credentials: func() (engine.Credentials, error) {
