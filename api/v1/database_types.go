@@ -351,14 +351,14 @@ const (
 type ReplicationState string
 
 const (
-	// ReplicationStreaming: it receives from the primary and applies, within the lag bound.
+	// ReplicationStreaming means it receives from the primary and applies, within the lag bound.
 	ReplicationStreaming ReplicationState = "Streaming"
-	// ReplicationCatchingUp: it receives and applies, but is beyond the lag bound.
+	// ReplicationCatchingUp means it receives and applies, but is beyond the lag bound.
 	ReplicationCatchingUp ReplicationState = "CatchingUp"
-	// ReplicationStopped: it does not receive or does not apply, or it
+	// ReplicationStopped means it does not receive or does not apply, or it
 	// follows another server than the primary.
 	ReplicationStopped ReplicationState = "Stopped"
-	// ReplicationUnknown: its server could not be asked (not running, unreachable).
+	// ReplicationUnknown means its server could not be asked (not running, unreachable).
 	ReplicationUnknown ReplicationState = "Unknown"
 )
 

@@ -59,7 +59,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	prom.waitAlert(t, "DatabaseReplicationUnhealthy", false, map[string]string{"namespace": db.Namespace, "database": db.Name})
 
 	newBackup(t, db.Namespace, "to-nowhere", db.Name, func(b *dbv1.Backup) {
-		b.Spec.Target = &dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.invalid", Bucket: "b", CredentialsSecret: dbv1.S3Credentials{Name: "missing"}}}
+		b.Spec.Target = &dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.invalid", Bucket: "backups", CredentialsSecret: dbv1.S3Credentials{Name: "missing"}}}
 	})
 	if b := waitBackup(t, db.Namespace, "to-nowhere"); b.Status.Phase != dbv1.BackupFailed {
 		t.Fatalf("backup %+v, want Failed", b.Status)
