@@ -145,7 +145,7 @@ var patterns = []pattern{
 	{VersionDowngrade, regexp.MustCompile(`(?i)created by a newer|downgrade|Unsupported redo log format`)},
 	{OutOfMemory, regexp.MustCompile(`(?i)out of memory|cannot allocate memory|could not map anonymous shared memory|\bOOM\b`)},
 	{AuthenticationFailed, regexp.MustCompile(`(?i)password authentication failed|authentication failed|Access denied for user|no pg_hba\.conf entry`)},
-	{ConfigurationError, regexp.MustCompile(`(?i)unrecognized configuration parameter|invalid value for parameter|configuration file .* contains errors|unknown variable|unknown option|Error while setting value|ambiguous option|parameter .* cannot be changed`)},
+	{ConfigurationError, regexp.MustCompile(`(?i)unrecognized configuration parameter|invalid value for parameter|unknown variable|unknown option|Error while setting value|ambiguous option|parameter .* cannot be changed`)},
 	{CorruptDataDirectory, regexp.MustCompile(`(?i)corrupt|invalid (primary |secondary )?checkpoint record|could not locate a valid checkpoint|incorrect checksum in control file|PG_CONTROL_VERSION|pg_control|is not a valid data directory|could not open file "(global|base)/|invalid magic number|Cannot open datafile|marked as crashed|Missing system table|Plugin 'InnoDB' (init function returned error|registration as a STORAGE ENGINE failed)|Can't open and lock privilege tables|incompatible with server`)},
 }
 

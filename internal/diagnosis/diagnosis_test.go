@@ -23,9 +23,9 @@ func TestClassify(t *testing.T) {
 		{"postgres older data", `FATAL:  database files are incompatible with server
 DETAIL:  The data directory was initialized by PostgreSQL version 14, which is not compatible with this version 15.18.`, "", CorruptDataDirectory, "version 14"},
 		{"postgres unknown setting", `2026-12-06 11:18:53.552 GMT [27986] LOG:  unrecognized configuration parameter "bogus_setting" in file "/tmp/dx/pg2/postgresql.auto.conf" line 3
-2026-12-06 11:18:53.552 GMT [27986] FATAL:  configuration file "/tmp/dx/pg2/postgresql.auto.conf" contains errors`, "", ConfigurationError, "contains errors"},
+2026-12-06 11:18:53.552 GMT [27986] FATAL:  configuration file "/tmp/dx/pg2/postgresql.auto.conf" contains errors`, "", ConfigurationError, `unrecognized configuration parameter "bogus_setting"`},
 		{"postgres bad value", `LOG:  invalid value for parameter "shared_buffers": "lots"
-FATAL:  configuration file "/var/lib/postgresql/data/pgdata/postgresql.auto.conf" contains errors`, "", ConfigurationError, "contains errors"},
+FATAL:  configuration file "/var/lib/postgresql/data/pgdata/postgresql.auto.conf" contains errors`, "", ConfigurationError, `invalid value for parameter "shared_buffers"`},
 		{"postgres pg_control", `FATAL:  database files are incompatible with server
 DETAIL:  The database cluster was initialized with PG_CONTROL_VERSION -1259008367, but the server was compiled with PG_CONTROL_VERSION 1300.
 HINT:  It looks like you need to initdb.

@@ -106,3 +106,73 @@ func deletePod(t testing.TB, ns, name string) {
 		t.Fatal(err)
 	}
 }
+
+// TestCrashCausesDiagnosed: the other causes, each from a real server that
+// cannot start on what its volume holds, written while its pod's machine
+// is down (node.Down: the server killed, nothing restarted until Up): a
+// PostgreSQL control file and a MariaDB system tablespace overwritten
+// (CorruptDataDirectory), an unknown setting in postgresql.auto.conf, as
+// ALTER SYSTEM on another version could leave (ConfigurationError).
+func TestCrashCausesDiagnosed(t *testing.T) {
+	fullTier(t)
+	t.Parallel() // its own Databases, faults on its own pods and volumes only
+	for _, tc := range []struct {
+		name, file, cause, evidence string
+		engine                      dbv1.Engine
+		version                     string
+		damage                      func(t *testing.T, path string)
+	}{
+		{"postgresql control file", "pgdata/global/pg_control", "CorruptDataDirectory", "incorrect checksum in control file", dbv1.EnginePostgreSQL, "15", overwrite(100, 64)},
+		{"mariadb system tablespace", "data/ibdata1", "CorruptDataDirectory", "InnoDB", dbv1.EngineMariaDB, "10.11", overwrite(0, 64<<10)},
+		{"postgresql unknown setting", "pgdata/postgresql.auto.conf", "ConfigurationError", "bogus_setting", dbv1.EnginePostgreSQL, "15", appendLine("bogus_setting = 1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := createDatabase(t, "cause-"+strings.ReplaceAll(strings.Fields(tc.name)[1], "_", "-"), tc.engine, tc.version, 1)
+			waitRunning(t, db, 1, 5*time.Minute)
+			pod := db.Name + "-0"
+			if err := node.Down(db.Namespace, pod); err != nil {
+				t.Fatal(err)
+			}
+			tc.damage(t, filepath.Join(claimDir(t, db.Namespace, "data-"+pod), tc.file))
+			if err := node.Up(db.Namespace, pod); err != nil {
+				t.Fatal(err)
+			}
+			waitDiagnosis(t, db, pod, tc.cause, tc.evidence)
+		})
+	}
+}
+
+// overwrite writes n bytes of garbage at offset off of a file.
+func overwrite(off int64, n int) func(*testing.T, string) {
+	return func(t *testing.T, path string) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		junk := make([]byte, n)
+		for i := range junk {
+			junk[i] = byte(i*7 + 13)
+		}
+		if _, err := f.WriteAt(junk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// appendLine adds a line to a file.
+func appendLine(line string) func(*testing.T, string) {
+	return func(t *testing.T, path string) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
