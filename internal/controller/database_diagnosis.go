@@ -144,7 +144,14 @@ func (d *diagnosisLog) forget(pod types.UID) {
 // only starts), with the probable cause read from the failed container's
 // last log lines, and reports each new diagnosis in a Warning Event.
 func (r *DatabaseReconciler) diagnose(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) *dbv1.InstanceFailure {
-	f := diagnosis.OfPod(pod, r.pendingClaim(ctx, db, pod), r.now())
+	f := diagnosis.OfPod(pod, "", r.now())
+	if f != nil && f.Reason == diagnosis.ReasonUnschedulable {
+		// Only then is the claim read (afresh, uncached): not for every
+		// pod that waits for a node at each reconcile.
+		if claim := r.pendingClaim(ctx, db, pod); claim != "" {
+			f = diagnosis.OfPod(pod, claim, r.now())
+		}
+	}
 	if prev := r.diagnoses.previous(pod.UID); f != nil && prev != nil && f.Reason == diagnosis.ReasonRestartingRepeatedly &&
 		(prev.Reason == diagnosis.ReasonCrashLoopBackOff || prev.Reason == diagnosis.ReasonOOMKilled) {
 		f.Reason = prev.Reason // the same crash loop, between two back-offs
@@ -207,8 +214,8 @@ func (r *DatabaseReconciler) classify(ctx context.Context, pod *corev1.Pod, f *d
 	return c
 }
 
-// pendingClaim names the pod's data claim when it is not bound yet (only
-// asked for a pod that did not get a node: a bound claim is the rule).
+// pendingClaim names the pod's data claim when it is not bound yet (asked
+// only of a pod the scheduler found no node for).
 func (r *DatabaseReconciler) pendingClaim(ctx context.Context, db *dbv1.Database, pod *corev1.Pod) string {
 	if pod.Spec.NodeName != "" || r.APIReader == nil {
 		return ""
