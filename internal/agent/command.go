@@ -18,6 +18,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent/metrics"
+	"example.com/database-operator/internal/agent/serverlog"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -32,7 +33,8 @@ const DefaultListen = "127.0.0.1:8010"
 // durations; optional), POD_UID, TOPOLOGY_DIR, PEER_DOMAIN, REPLICATION_PASSWORD (from which
 // the peer channel's token derives) and the superuser's credentials
 // (POSTGRES_USER/POSTGRES_PASSWORD, or root and ROOT_PASSWORD); for the
-// metrics port, DATABASE_NAME, MONITORING_DIR and PGDATA or DATADIR.
+// metrics port, DATABASE_NAME, MONITORING_DIR and PGDATA or DATADIR; for
+// PostgreSQL's logs, SERVER_LOG_DIR (its log_directory).
 func Command(ctx context.Context, args []string, logw io.Writer) error {
 	if len(args) > 0 && args[0] == "probe" {
 		if len(args) != 2 {
@@ -96,6 +98,7 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		// The server runs all the same: metrics are not worth an outage.
 		cfg.Log.Error(err, "not serving the database metrics")
 	}
+	relayServerLog(ctx, cfg)
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		return fmt.Errorf("the agent reaches the API server with the pod's service account: %w", err)
@@ -106,6 +109,20 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	}
 	cfg.Leases = cs.CoordinationV1().Leases(cfg.Namespace)
 	return New(cfg).Run(ctx)
+}
+
+// relayServerLog relays PostgreSQL's log from the named pipes in
+// SERVER_LOG_DIR (its log_directory) to the container's output. It runs
+// before the server starts: the server must find the pipes (serverlog).
+func relayServerLog(ctx context.Context, cfg Config) {
+	dir := os.Getenv("SERVER_LOG_DIR")
+	if dir == "" || cfg.Engine != dbv1.EnginePostgreSQL {
+		return
+	}
+	if err := serverlog.Relay(ctx, dir, cfg.Log, serverlog.PostgresPipes(os.Stdout, os.Stderr)...); err != nil {
+		// The server runs all the same, its log in files nobody reads.
+		cfg.Log.Error(err, "not relaying the server's log")
+	}
 }
 
 // withMetrics sets up the metrics port: the Database's name from

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,8 +136,15 @@ func kubectlReachesPod(t testing.TB, db *dbv1.Database, user, password string) {
 		}
 		return string(out), cmd.ProcessState.ExitCode()
 	}
-	if out, code := run("logs", pod); code != 0 || !strings.Contains(out, "database system is ready to accept connections") {
-		t.Errorf("kubectl logs: exit %d:\n%s", code, out)
+	// The server's own log, as JSON (jsonlog, relayed by the agent).
+	if out, code := run("logs", pod); code != 0 || !slices.ContainsFunc(strings.Split(out, "\n"), func(line string) bool {
+		var entry struct {
+			Severity string `json:"error_severity"`
+			Message  string `json:"message"`
+		}
+		return json.Unmarshal([]byte(line), &entry) == nil && entry.Severity == "LOG" && entry.Message == "database system is ready to accept connections"
+	}) {
+		t.Errorf("kubectl logs: exit %d, and no JSON line saying the server is ready:\n%s", code, out)
 	}
 	if out, code := run("logs", pod, "--tail=1"); code != 0 || strings.Count(out, "\n") != 1 {
 		t.Errorf("kubectl logs --tail=1: exit %d, want one line:\n%s", code, out)

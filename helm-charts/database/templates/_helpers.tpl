@@ -74,6 +74,9 @@ app.kubernetes.io/part-of: database-operator
 {{- end -}}
 {{- define "database.tlsPath" -}}{{ .Values.tls.mountPath | default "/etc/database-operator/tls" }}{{- end -}}
 
+{{/* PostgreSQL's log_directory: named pipes the agent relays (in the run volume, an emptyDir). */}}
+{{- define "database.serverLogPath" -}}/var/run/postgresql/log{{- end -}}
+
 {{/* Where the operator's topology ConfigMap is mounted. */}}
 {{- define "database.topologyPath" -}}/etc/database-operator/topology{{- end -}}
 

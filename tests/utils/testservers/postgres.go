@@ -28,6 +28,8 @@ type Postgres struct {
 	bin      string
 	user     *user.User
 	topo     *Topology
+	// settings are added to the configuration file's (StartPostgresWith).
+	settings []string
 }
 
 // PostgresPassword is the superuser's password in these test servers.
@@ -41,6 +43,23 @@ func pgBin(t testing.TB) string {
 		}
 	}
 	return filepath.Dir(lookPath(t, []string{"postgres"}, "postgresql"))
+}
+
+// GiveToPostgres makes paths the servers' account's, when the tests run as
+// root (and the servers as postgres): files a test makes for a server.
+func GiveToPostgres(t testing.TB, paths ...string) {
+	t.Helper()
+	u := pgUser(t)
+	if u == nil {
+		return
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, p := range paths {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func pgUser(t testing.TB) *user.User {
@@ -82,11 +101,32 @@ func (p *Postgres) StartReplica(t testing.TB) *Postgres {
 // directory, and waits until it takes connections.
 func StartPostgres(t testing.TB, topo *Topology, pod string) *Postgres {
 	t.Helper()
-	p := &Postgres{Pod: pod, bin: pgBin(t), user: pgUser(t), Password: PostgresPassword, topo: topo}
+	return StartPostgresWith(t, topo, pod)
+}
+
+// StartPostgresWith is StartPostgres with settings ("name = 'value'")
+// added to its configuration file.
+func StartPostgresWith(t testing.TB, topo *Topology, pod string, settings ...string) *Postgres {
+	t.Helper()
+	p := newPostgres(t, topo, pod, settings)
+	p.startServer(t)
+	return p
+}
+
+// StartPostgresFailing starts the instance pod of topo as StartPostgresWith
+// does but waits for nothing: the server is expected to fail (ExitLog).
+func StartPostgresFailing(t testing.TB, topo *Topology, pod string, settings ...string) *Postgres {
+	t.Helper()
+	p := newPostgres(t, topo, pod, settings)
+	p.launch(t)
+	return p
+}
+
+func newPostgres(t testing.TB, topo *Topology, pod string, settings []string) *Postgres {
+	p := &Postgres{Pod: pod, bin: pgBin(t), user: pgUser(t), Password: PostgresPassword, topo: topo, settings: settings}
 	p.Dir = scratchDir(t, p.user)
 	p.Port = freePort(t)
 	topo.register(pod, p.Port)
-	p.startServer(t)
 	return p
 }
 
@@ -103,7 +143,24 @@ func (p *Postgres) Data() string { return filepath.Join(p.Dir, "data") }
 // start script, as a restarted pod would.
 func (p *Postgres) Restart(t testing.TB) { p.startServer(t) }
 
+// RestartFailing starts a stopped server again, waiting for nothing: it
+// is expected to fail (ExitLog).
+func (p *Postgres) RestartFailing(t testing.TB) { p.launch(t) }
+
 func (p *Postgres) startServer(t testing.TB) {
+	t.Helper()
+	p.launch(t)
+	waitUntil(t, &p.server, "PostgreSQL "+p.Pod, 60*time.Second, func() error {
+		c, err := p.Connect(context.Background())
+		if err == nil {
+			c.Close(context.Background())
+		}
+		return err
+	})
+}
+
+// launch starts the start script, which starts the server.
+func (p *Postgres) launch(t testing.TB) {
 	t.Helper()
 	script := StartScript(t, p.Dir, "postgres-start.sh")
 	env := append(p.topo.env(p.Pod),
@@ -122,19 +179,15 @@ func (p *Postgres) startServer(t testing.TB) {
 		"listen_addresses = '127.0.0.1'", "unix_socket_directories = '" + p.Dir + "'",
 		"wal_level = replica", "max_wal_senders = 10", "wal_log_hints = on",
 		"wal_keep_size = '256MB'", "fsync = off", "shared_buffers = '32MB'",
-		"hot_standby = on", "wal_receiver_status_interval = '1s'", ""}, "\n")
+		"hot_standby = on", "wal_receiver_status_interval = '1s'"}, "\n") + "\n"
+	for _, line := range p.settings {
+		settings += line + "\n"
+	}
 	if err := os.WriteFile(conf, []byte(settings), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p.start(t, p.user, env, "sh", script, "-p", strconv.Itoa(p.Port), "-c", "config_file="+conf)
 	t.Cleanup(p.Stop)
-	waitUntil(t, &p.server, "PostgreSQL "+p.Pod, 60*time.Second, func() error {
-		c, err := p.Connect(context.Background())
-		if err == nil {
-			c.Close(context.Background())
-		}
-		return err
-	})
 }
 
 // Connect opens a superuser connection.

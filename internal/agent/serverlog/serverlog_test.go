@@ -1,0 +1,95 @@
+package serverlog
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"example.com/database-operator/tests/utils/logbuf"
+)
+
+// TestRelay: whole lines reach their Out, in order, however they were
+// written; an overlong line comes in pieces, each a line; an ordinary file
+// left where a pipe belongs is replaced; a writer opening the pipe never
+// waits for a reader, and the relay stops with its context.
+func TestRelay(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b"), []byte("written while no agent read\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, b := &logbuf.Buffer{}, &logbuf.Buffer{}
+	if err := Relay(ctx, dir, testr.New(t), Pipe{"a", a}, Pipe{"b", b}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "b")); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
+		t.Fatalf("the ordinary file was not replaced by a pipe: %v", err)
+	}
+
+	opened := make(chan *os.File, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(dir, "a"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- f
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("opening the pipe to write waited for a reader")
+	}
+	long := strings.Repeat("x", maxLine+10)
+	for _, chunk := range []string{`{"message":"one`, `"}` + "\n" + `{"message":"two"}` + "\n", long + "\n"} {
+		if _, err := w.WriteString(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	// Closed and opened again, as a restarted server does.
+	w2, err := os.OpenFile(filepath.Join(dir, "a"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w2.WriteString(`{"message":"three"}` + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+
+	want := `{"message":"one"}` + "\n" + `{"message":"two"}` + "\n" + long[:maxLine] + "\n" + long[maxLine:] + "\n" + `{"message":"three"}` + "\n"
+	deadline := time.Now().Add(5 * time.Second)
+	for a.String() != want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := a.String(); got != want {
+		t.Fatalf("relayed %d bytes:\n%.200q\nwant %d bytes:\n%.200q", len(got), got, len(want), want)
+	}
+	if b.String() != "" {
+		t.Errorf("the other pipe's Out got %q", b.String())
+	}
+
+	cancel()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		w, err := os.OpenFile(filepath.Join(dir, "a"), os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil { // ENXIO: nobody reads the pipe any more
+			break
+		}
+		w.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the relay still reads after its context ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
