@@ -7,6 +7,7 @@
 package diagnosis
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -158,6 +159,9 @@ func Classify(log, terminated string) (Cause, string) {
 		return OutOfMemory, "the container was killed at its memory limit (OOMKilled)"
 	}
 	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = plain(l)
+	}
 	for i := len(lines) - 1; i >= 0; i-- {
 		if m := pgInitializedBy.FindStringSubmatch(lines[i]); m != nil {
 			data, _ := strconv.Atoi(m[1])
@@ -177,6 +181,28 @@ func Classify(log, terminated string) (Cause, string) {
 		}
 	}
 	return Unknown, ""
+}
+
+// plain is a PostgreSQL JSON log line (jsonlog, as the agent relays it)
+// as the server's plain log would have it: "FATAL:  message", then its
+// detail. A line that is not one is returned as it is.
+func plain(line string) string {
+	if !strings.HasPrefix(line, "{") {
+		return line
+	}
+	var entry struct {
+		Severity string `json:"error_severity"`
+		Message  string `json:"message"`
+		Detail   string `json:"detail"`
+	}
+	if err := json.Unmarshal([]byte(line), &entry); err != nil || entry.Message == "" {
+		return line
+	}
+	s := entry.Severity + ":  " + entry.Message
+	if entry.Detail != "" {
+		s += " DETAIL:  " + entry.Detail
+	}
+	return s
 }
 
 // trim bounds a log line for a status message.

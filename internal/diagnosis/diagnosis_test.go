@@ -38,6 +38,11 @@ HINT:  This error usually means that PostgreSQL's request for a shared memory se
 		{"postgres disk full", `PANIC:  could not write to file "pg_wal/xlogtemp.41": No space left on device
 LOG:  database system is shut down`, "", DiskFull, "No space left"},
 		{"postgres clone refused", `pg_basebackup: error: connection to server at "db-0.db-hl" (10.0.0.5), port 5432 failed: FATAL:  password authentication failed for user "replication"`, "", AuthenticationFailed, "password authentication failed"},
+		// PostgreSQL's JSON log (jsonlog), as the agent relays it: read as the plain log would say it.
+		{"postgres jsonlog disk full", `{"timestamp":"2026-12-06 14:26:02.113 GMT","pid":16006,"session_id":"6755e9aa.3e86","line_num":1,"session_start":"2026-12-06 14:26:02 GMT","txid":0,"error_severity":"PANIC","state_code":"53100","message":"could not write to file \"pg_wal/xlogtemp.41\": No space left on device","backend_type":"checkpointer","query_id":0}
+{"timestamp":"2026-12-06 14:26:02.120 GMT","pid":16001,"session_id":"6755e9aa.3e81","line_num":3,"session_start":"2026-12-06 14:26:02 GMT","txid":0,"error_severity":"LOG","message":"database system is shut down","backend_type":"postmaster","query_id":0}`, "", DiskFull, `PANIC:  could not write to file "pg_wal/xlogtemp.41": No space left on device`},
+		{"postgres jsonlog downgrade", `{"timestamp":"2026-12-06 14:26:02.113 GMT","pid":16006,"error_severity":"FATAL","state_code":"XX000","message":"database files are incompatible with server","detail":"The data directory was initialized by PostgreSQL version 16, which is not compatible with this version 15.18.","backend_type":"postmaster","query_id":0}`, "", VersionDowngrade, "version 16"},
+		{"not a postgres json line", `{"level":"info","msg":"unrelated"} no space left on device`, "", DiskFull, `{"level"`},
 		{"mariadb unknown option", `2026-12-06 11:19:01 0 [Note] Plugin 'FEEDBACK' is disabled.
 2026-12-06 11:19:01 0 [ERROR] mariadbd: unknown variable 'bogus-option=1'
 2026-12-06 11:19:01 0 [ERROR] Aborting`, "", ConfigurationError, "unknown variable"},

@@ -89,6 +89,23 @@ func startMariaDBPrimary(t testing.TB, topo *Topology, pod string) *MariaDB {
 // directory, and waits until it takes connections.
 func StartMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
 	t.Helper()
+	m := newMariaDB(t, topo, pod)
+	m.Restart(t)
+	return m
+}
+
+// StartMariaDBFailing starts the instance pod of topo as StartMariaDB does
+// but waits for nothing: the server is expected to fail (ExitLog). args
+// are added to the server's.
+func StartMariaDBFailing(t testing.TB, topo *Topology, pod string, args ...string) *MariaDB {
+	t.Helper()
+	m := newMariaDB(t, topo, pod)
+	m.launch(t, args...)
+	return m
+}
+
+func newMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
+	t.Helper()
 	ordinal, err := strconv.Atoi(pod[strings.LastIndex(pod, "-")+1:])
 	if err != nil {
 		t.Fatalf("pod %q has no ordinal", pod)
@@ -98,7 +115,6 @@ func StartMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
 	m.Dir = scratchDir(t, nil)
 	m.Port = freePort(t)
 	topo.register(pod, m.Port)
-	m.Restart(t)
 	return m
 }
 
@@ -111,6 +127,19 @@ func (m *MariaDB) Data() string { return filepath.Join(m.Dir, "data") }
 // Restart starts a stopped or killed server again on its port, through the
 // start script, as a restarted pod would.
 func (m *MariaDB) Restart(t testing.TB) {
+	t.Helper()
+	m.launch(t)
+	waitUntil(t, &m.server, "MariaDB "+m.Pod, 60*time.Second, func() error {
+		db, err := m.DB(context.Background(), "root", MariaDBRootPassword)
+		if err != nil {
+			return err
+		}
+		return db.Close()
+	})
+}
+
+// launch starts the start script, which starts the server with args added.
+func (m *MariaDB) launch(t testing.TB, extra ...string) {
 	t.Helper()
 	server := lookPath(t, []string{"mariadbd"}, "mariadb-server")
 	lookPath(t, []string{"mariadb-dump"}, "mariadb-client")
@@ -129,15 +158,8 @@ func (m *MariaDB) Restart(t testing.TB) {
 		"--log-bin=binlog", "--log-slave-updates=ON",
 		"--binlog-format=ROW", "--gtid-strict-mode=ON", "--innodb-buffer-pool-size=32M",
 		"--innodb-flush-log-at-trx-commit=0", "--sync-binlog=0", "--skip-log-error")
-	m.start(t, nil, env, name, args...)
+	m.start(t, nil, env, name, append(args, extra...)...)
 	t.Cleanup(m.Stop)
-	waitUntil(t, &m.server, "MariaDB "+m.Pod, 60*time.Second, func() error {
-		db, err := m.DB(context.Background(), "root", MariaDBRootPassword)
-		if err != nil {
-			return err
-		}
-		return db.Close()
-	})
 }
 
 // PrivateTmp makes dir/tmp for one server's temporary files. Servers

@@ -29,6 +29,8 @@ type server struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	// logFrom is where the current run's lines begin in server.log.
+	logFrom int64
 }
 
 func freePort(t testing.TB) int {
@@ -95,6 +97,9 @@ func (s *server) start(t testing.TB, u *user.User, env []string, name string, ar
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := logf.Stat(); err == nil {
+		s.logFrom = fi.Size()
+	}
 	cmd := exec.Command(name, args...)
 	asUser(cmd, u, s.Dir)
 	cmd.Env = append(cmd.Env, env...)
@@ -156,6 +161,22 @@ func (s *server) Running() bool {
 	default:
 		return true
 	}
+}
+
+// ExitLog waits for a server that is expected to fail to exit, and
+// returns what its last run logged (the start script's lines and the
+// server's own): what a crashed container's previous log holds.
+func (s *server) ExitLog(t testing.TB, timeout time.Duration) string {
+	t.Helper()
+	s.mu.Lock()
+	done, from := s.done, s.logFrom
+	s.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		t.Fatalf("the server still runs after %s; it was expected to fail:\n%s", timeout, s.Log())
+	}
+	return s.Log()[from:]
 }
 
 // Log returns the server's log, for failure messages.
