@@ -21,6 +21,10 @@
 #        hack/build-tools.sh promtool|prometheus
 #        builds promtool (make test-rules) or the Prometheus server from
 #        hack/tools/promtool and prints their bin dir
+#        hack/build-tools.sh monitoring-crds
+#        copies the Prometheus operator's ServiceMonitor, PodMonitor and
+#        PrometheusRule CRDs (its Go module, pinned below) into a directory
+#        and prints it: the operator applies those kinds where they are served
 #        hack/build-tools.sh actionlint
 #        builds actionlint and prints its bin dir
 #        hack/build-tools.sh floor
@@ -89,6 +93,26 @@ if [[ "${1:-}" == vuln ]]; then
 		rm -rf "$bin/vulndb.tmp"
 		"$bin/indexdb" -vulns "$src" -out "$bin/vulndb.tmp"
 		mv "$bin/vulndb.tmp" "$bin/vulndb"
+	fi
+	echo "$bin"
+	exit 0
+fi
+
+# The Prometheus operator's CRDs of the kinds the operator applies
+# (internal/controller/monitoring_objects.go), from the module's own
+# example/prometheus-operator-crd, keyed by its version (pinned here: no Go
+# package of it is built, so no tool module requires it).
+promop_ver=v0.89.0
+if [[ "${1:-}" == monitoring-crds ]]; then
+	bin="$cache/bin/monitoring-crds-$promop_ver"
+	if [[ ! -f "$bin/monitoring.coreos.com_prometheusrules.yaml" ]]; then
+		step "copying the Prometheus operator's CRDs $promop_ver"
+		src="$(cd "$tools/promtool" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$promop_ver" |
+			sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')/example/prometheus-operator-crd"
+		rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+		for k in servicemonitors podmonitors prometheusrules; do cp "$src/monitoring.coreos.com_$k.yaml" "$bin.tmp/"; done
+		chmod -R u+w "$bin.tmp"
+		rm -rf "$bin" && mv "$bin.tmp" "$bin"
 	fi
 	echo "$bin"
 	exit 0

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -93,6 +94,9 @@ type Options struct {
 	// RolloutReadyTimeout bounds the wait for a restarted instance to
 	// become ready (default DefaultRolloutReadyTimeout).
 	RolloutReadyTimeout time.Duration
+	// NoMonitoringObjects: the operator does not apply the Prometheus
+	// operator's objects (MonitoringObjects) in its namespace.
+	NoMonitoringObjects bool
 }
 
 // DefaultDatabaseWorkers is above one, so that one Database whose server
@@ -164,6 +168,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := br.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the Backup controller: %w", err)
+	}
+	if !opts.NoMonitoringObjects && opts.Values.OperatorNamespace != "" {
+		dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("creating the discovery client: %w", err)
+		}
+		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Discovery: dc, Namespace: opts.Values.OperatorNamespace,
+			Interval: MonitoringObjectsInterval, Log: mgr.GetLogger().WithName("monitoring-objects")}); err != nil {
+			return err
+		}
 	}
 	if opts.Upgradeable != nil {
 		u := &UpgradeableReporter{Reader: mgr.GetClient(), Conditions: opts.Upgradeable}

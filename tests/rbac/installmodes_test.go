@@ -17,9 +17,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -140,6 +142,26 @@ func runInstallMode(t *testing.T, rb olmrbac.Bundle, m installMode, own string) 
 			t.Errorf("the manager: %v", err)
 		}
 	}()
+
+	// The Prometheus operator's objects, in the operator's own namespace,
+	// admitted by their real CRDs' schemas, the alerts whole.
+	want, err := controller.MonitoringObjectsIn(own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, own+": the ServiceMonitor, PodMonitor and PrometheusRule", func() string {
+		for _, w := range want {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(w.GroupVersionKind())
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(w), got); err != nil {
+				return err.Error()
+			}
+			if !equality.Semantic.DeepEqual(got.Object["spec"], w.Object["spec"]) {
+				return fmt.Sprintf("%s %s: the spec applied is not the shipped one", w.GetKind(), w.GetName())
+			}
+		}
+		return ""
+	})
 
 	dbs := map[string]*dbv1.Database{}
 	for _, ns := range append(slices.Clone(managed), outside) {

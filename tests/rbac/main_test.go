@@ -50,7 +50,14 @@ func run(m *testing.M) int {
 	start := time.Now()
 	// Backup Job pods stay Running (kwok does not complete them): what is
 	// checked here is that the operator may make them.
-	cluster, err = localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir, CRDDirs: []string{"../../config/crd/bases"},
+	// The Prometheus operator's CRDs too: the operator applies its
+	// monitoring objects where they are served.
+	crds := os.Getenv("MONITORING_CRDS")
+	if crds == "" {
+		fmt.Fprintln(os.Stderr, "MONITORING_CRDS is not set: run these tests with `make test-integration`")
+		return 1
+	}
+	cluster, err = localcluster.Start(ctx, localcluster.Options{BinDir: bin, Dir: dir, CRDDirs: []string{"../../config/crd/bases", crds},
 		KeepRunning: []string{controller.JobAppName}, AuditLog: true, Nodes: 1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
