@@ -75,7 +75,8 @@ func Relay(ctx context.Context, dir string, log logr.Logger, pipes ...Pipe) erro
 			f.Close()
 		}()
 		go func() {
-			if err := copyLines(f, pipes[i].Out, &mu); !errors.Is(err, os.ErrClosed) {
+			dropped := func(err error) { log.Error(err, "dropping the server's log lines", "file", f.Name()) }
+			if err := copyLines(f, pipes[i].Out, &mu, dropped); !errors.Is(err, os.ErrClosed) {
 				log.Error(err, "relaying the server's log stopped", "file", f.Name())
 			}
 		}()
@@ -102,10 +103,13 @@ func openPipe(path string) (*os.File, error) {
 }
 
 // copyLines copies r to out one whole line per write, so lines from the
-// pipes never interleave, until reading or writing fails (os.ErrClosed:
-// the relay was stopped).
-func copyLines(r io.Reader, out io.Writer, mu *sync.Mutex) error {
+// pipes never interleave, until reading fails (os.ErrClosed: the relay was
+// stopped). A line out refuses is dropped, and the reading goes on: a pipe
+// nobody drains would stop the server's logging collector, and with it
+// every session that logs.
+func copyLines(r io.Reader, out io.Writer, mu *sync.Mutex, dropped func(error)) error {
 	br := bufio.NewReaderSize(r, maxLine)
+	var failing bool
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
@@ -115,9 +119,10 @@ func copyLines(r io.Reader, out io.Writer, mu *sync.Mutex) error {
 				_, werr = out.Write([]byte{'\n'}) // a piece of an overlong line
 			}
 			mu.Unlock()
-			if werr != nil {
-				return werr
+			if werr != nil && !failing {
+				dropped(werr) // once, until a write succeeds again
 			}
+			failing = werr != nil
 		}
 		switch {
 		case err == nil, errors.Is(err, bufio.ErrBufferFull):

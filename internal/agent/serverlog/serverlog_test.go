@@ -2,10 +2,13 @@ package serverlog
 
 import (
 	"context"
+	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -91,5 +94,52 @@ func TestRelay(t *testing.T) {
 			t.Fatal("the relay still reads after its context ended")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type failingWriter struct{ fail bool }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.fail {
+		return 0, errors.New("stdout is gone")
+	}
+	return len(p), nil
+}
+
+// TestPipeDrainedWhenOutFails: while the output refuses lines the relay
+// keeps reading (dropping them), so the server never blocks on a full
+// pipe; it writes again once the output takes lines.
+func TestPipeDrainedWhenOutFails(t *testing.T) {
+	var mu sync.Mutex
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &failingWriter{fail: true}
+	var drops int
+	done := make(chan error, 1)
+	go func() { done <- copyLines(r, out, &mu, func(error) { drops++ }) }()
+	line := []byte(strings.Repeat("x", 1023) + "\n")
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for range 1024 { // 1 MiB: sixteen times a pipe's buffer
+			if _, err := w.Write(line); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-written:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer blocked: the relay stopped draining the pipe when its output failed")
+	}
+	w.Close()
+	if err := <-done; !errors.Is(err, io.EOF) {
+		t.Errorf("copyLines ended with %v, want EOF", err)
+	}
+	if drops != 1 {
+		t.Errorf("%d drops reported, want 1 for one failing stretch", drops)
 	}
 }
