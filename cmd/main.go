@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string) error {
 		operatorNS     = fs.String("operator-namespace", os.Getenv("POD_NAMESPACE"), "namespace the operator runs in; let through the Databases' NetworkPolicies")
 		enableHTTP2    = fs.Bool("enable-http2", false, "serve metrics over HTTP/2 (off: mitigates HTTP/2 rapid-reset attacks)")
 		networkPolicy  = fs.Bool("network-policy", true, "render a NetworkPolicy for each Database (turn off where the network plugin does not enforce them)")
-		monitoringObjs = fs.Bool("monitoring-objects", true, "apply the operator's ServiceMonitor, the database pods' PodMonitor and the alerts' PrometheusRule in the operator's namespace where the cluster serves monitoring.coreos.com/v1 (the Prometheus operator)")
+		monitoringObjs = fs.Bool("monitoring-objects", os.Getenv("MONITORING_OBJECTS") != "false", "apply the operator's ServiceMonitor, the database pods' PodMonitor and the alerts' PrometheusRule in the operator's namespace where the cluster serves monitoring.coreos.com/v1 (the Prometheus operator), owned by the Deployment OPERATOR_DEPLOYMENT names (default from MONITORING_OBJECTS: an OLM Subscription sets it in spec.config.env)")
 		metricsCertDir = fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics server; empty generates a self-signed certificate")
 		leaseDuration  = fs.Duration("primary-lease-duration", agent.DefaultLeaseDuration, "duration of each Database's primary Lease: a primary cut off from the API server stops taking writes after four fifths of it, and failover waits six fifths of it for a primary it cannot fence")
 		workers        = fs.Int("database-workers", controller.DefaultDatabaseWorkers, "Databases reconciled at once: a slow or hung server of one Database must not hold up another's failover")
@@ -140,7 +140,8 @@ func run(ctx context.Context, args []string) error {
 	opts := controller.Options{Values: controller.ValueOptions{
 		OperatorNamespace: *operatorNS, NoNetworkPolicy: !*networkPolicy, Images: controller.ImagesFromEnv(os.Environ()),
 		OperatorImage: os.Getenv("RELATED_IMAGE_MANAGER")}, DatabaseWorkers: *workers, PrimaryLeaseDuration: *leaseDuration,
-		ConcurrentRollouts: *rollouts, RolloutReadyTimeout: *rolloutReady, NoMonitoringObjects: !*monitoringObjs}
+		ConcurrentRollouts: *rollouts, RolloutReadyTimeout: *rolloutReady, NoMonitoringObjects: !*monitoringObjs,
+		OperatorDeployment: os.Getenv("OPERATOR_DEPLOYMENT")}
 	// OLM names the operator's OperatorCondition in the Deployment it
 	// manages; without it (a kustomize install) there is nothing to report to.
 	if os.Getenv("OPERATOR_CONDITION_NAME") != "" {

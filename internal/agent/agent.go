@@ -131,8 +131,10 @@ type Config struct {
 	// certificate as the peer channel when TLSDir is set.
 	MetricsListen string
 	Metrics       http.Handler
-	// Command is the start script and its arguments.
-	Command []string
+	// Command is the start script and its arguments; ServerEnv is added
+	// to the environment it runs with.
+	Command   []string
+	ServerEnv []string
 	// LeaseDuration is the primary Lease's duration the pod was started
 	// with (the chart renders the operator's): the agent never uses a
 	// shorter one, whatever the Lease says later, since the operator
@@ -486,7 +488,7 @@ func (a *Agent) topologyPrimary() string {
 func (a *Agent) runServer(ctx context.Context, primary string, fenced bool) error {
 	cmd := exec.Command(a.cfg.Command[0], a.cfg.Command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), a.cfg.ServerEnv...)
 	if primary != "" {
 		cmd.Env = append(cmd.Env, "AGENT_PRIMARY="+primary)
 	}

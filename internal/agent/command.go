@@ -98,7 +98,7 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		// The server runs all the same: metrics are not worth an outage.
 		cfg.Log.Error(err, "not serving the database metrics")
 	}
-	relayServerLog(ctx, cfg)
+	relay := relayServerLog(&cfg)
 	rc, err := rest.InClusterConfig()
 	if err != nil {
 		return fmt.Errorf("the agent reaches the API server with the pod's service account: %w", err)
@@ -108,21 +108,34 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		return err
 	}
 	cfg.Leases = cs.CoordinationV1().Leases(cfg.Namespace)
-	return New(cfg).Run(ctx)
+	err = New(cfg).Run(ctx)
+	if relay != nil {
+		// The logging collector outlives its server by a moment and writes
+		// the last lines (a crash's): what the previous container's log
+		// must hold.
+		relay.Drain(5 * time.Second)
+	}
+	return err
 }
 
 // relayServerLog relays PostgreSQL's log from the named pipes in
-// SERVER_LOG_DIR (its log_directory) to the container's output. It runs
-// before the server starts: the server must find the pipes (serverlog).
-func relayServerLog(ctx context.Context, cfg Config) {
+// SERVER_LOG_DIR to the container's output, and tells the start script to
+// point the server's logging collector at them (AGENT_LOG_PIPES): only
+// then, since a server opening a pipe nobody reads would wait forever. It
+// runs before the server starts, and outlives it (see Command).
+func relayServerLog(cfg *Config) *serverlog.Relay {
 	dir := os.Getenv("SERVER_LOG_DIR")
 	if dir == "" || cfg.Engine != dbv1.EnginePostgreSQL {
-		return
+		return nil
 	}
-	if err := serverlog.Relay(ctx, dir, cfg.Log, serverlog.PostgresPipes(os.Stdout, os.Stderr)...); err != nil {
-		// The server runs all the same, its log in files nobody reads.
-		cfg.Log.Error(err, "not relaying the server's log")
+	relay, err := serverlog.Start(dir, cfg.Log, serverlog.PostgresPipes(os.Stdout, os.Stderr)...)
+	if err != nil {
+		// The server runs all the same, logging plain text to stderr.
+		cfg.Log.Error(err, "not relaying the server's JSON log")
+		return nil
 	}
+	cfg.ServerEnv = append(cfg.ServerEnv, "AGENT_LOG_PIPES="+dir)
+	return relay
 }
 
 // withMetrics sets up the metrics port: the Database's name from

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -20,8 +22,6 @@ import (
 // monitoringGroupVersion is the Prometheus operator's API.
 const monitoringGroupVersion = "monitoring.coreos.com/v1"
 
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors;podmonitors;prometheusrules,verbs=create;patch,namespace=system
-
 // MonitoringObjectsInterval is how often the operator looks for the
 // Prometheus operator's API and applies its objects again: the API may be
 // installed after the operator, and an object deleted comes back.
@@ -33,13 +33,23 @@ const MonitoringObjectsInterval = 10 * time.Minute
 // Database's pods, and the alerts' PrometheusRule. It is how an OLM install
 // gets them (see config/prometheus/embed.go). A cluster that does not
 // serve their kinds gets none, and says so once in the log.
+//
+// They are owned by the operator's Deployment, so that uninstalling the
+// operator removes them (its alerts would fire forever otherwise). A field
+// someone else set to another value is left alone: the apply is not forced,
+// and the conflict is logged (to manage them yourself, turn this off:
+// --monitoring-objects=false). Its RBAC is a Role in the operator's
+// namespace (config/rbac/monitoring_objects_role.yaml).
 type MonitoringObjects struct {
-	Client    client.Client
+	Client client.Client
+	// Reader reads the owner Deployment (a direct read: no cache, no watch).
+	Reader    client.Reader
 	Discovery discovery.ServerResourcesInterfaceWithContext
-	// Namespace is the operator's.
-	Namespace string
-	Interval  time.Duration
-	Log       logr.Logger
+	// Namespace is the operator's, Owner its Deployment's name (empty: no
+	// owner).
+	Namespace, Owner string
+	Interval         time.Duration
+	Log              logr.Logger
 
 	missingLogged bool
 }
@@ -78,14 +88,26 @@ func (m *MonitoringObjects) Apply(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	owner, err := m.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var applied []string
 	var errs []error
 	for _, o := range objs {
 		if !served[o.GetKind()] {
 			continue
 		}
-		if err := m.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o),
-			client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		if owner != nil {
+			o.SetOwnerReferences([]metav1.OwnerReference{*owner})
+		}
+		err := m.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner(FieldOwner))
+		if apierrors.IsConflict(err) {
+			m.Log.Info("not applied: someone else set some of its fields to other values (left as they are)",
+				"kind", o.GetKind(), "name", o.GetName(), "conflict", err.Error())
+			continue
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("applying %s %s/%s: %w", o.GetKind(), o.GetNamespace(), o.GetName(), err))
 			continue
 		}
@@ -95,6 +117,19 @@ func (m *MonitoringObjects) Apply(ctx context.Context) ([]string, error) {
 		m.Log.V(1).Info("applied the Prometheus operator's objects", "namespace", m.Namespace, "kinds", applied)
 	}
 	return applied, errors.Join(errs...)
+}
+
+// owner is the ownerReference to the operator's Deployment (nil: none
+// named).
+func (m *MonitoringObjects) owner(ctx context.Context) (*metav1.OwnerReference, error) {
+	if m.Owner == "" {
+		return nil, nil
+	}
+	d := &appsv1.Deployment{}
+	if err := m.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Owner}, d); err != nil {
+		return nil, fmt.Errorf("reading the operator's Deployment %s/%s, the monitoring objects' owner: %w", m.Namespace, m.Owner, err)
+	}
+	return &metav1.OwnerReference{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID}, nil
 }
 
 // servedKinds are the kinds of monitoring.coreos.com/v1 the cluster serves

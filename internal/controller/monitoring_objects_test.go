@@ -3,13 +3,16 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
 
 	"github.com/go-logr/logr/testr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,19 +22,24 @@ import (
 
 // TestMonitoringObjectsOnlyWhereServed: a cluster without the Prometheus
 // operator gets no object and no error; one serving some of its kinds
-// gets those, named and placed as kustomize places them. (Applied against
+// gets those, named and placed as kustomize places them; one whose fields
+// someone else changed is left alone, without an error. (Applied against
 // the real CRDs, as the bundle's RBAC allows: tests/rbac.)
 func TestMonitoringObjectsOnlyWhereServed(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		served []string
 		want   []string
+		// conflict: the kind whose apply meets a field someone else set.
+		conflict string
 	}{
-		{"no Prometheus operator", nil, nil},
-		{"rules only", []string{"PrometheusRule"}, []string{"PrometheusRule/database-operator-alerts"}},
+		{"no Prometheus operator", nil, nil, ""},
+		{"rules only", []string{"PrometheusRule"}, []string{"PrometheusRule/database-operator-alerts"}, ""},
 		{"everything", []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"}, []string{
 			"ServiceMonitor/database-operator-controller-manager-metrics", "PodMonitor/database-operator-database-instances",
-			"PrometheusRule/database-operator-alerts"}},
+			"PrometheusRule/database-operator-alerts"}, ""},
+		{"a user's edit left alone", []string{"ServiceMonitor", "PodMonitor", "PrometheusRule"}, []string{
+			"ServiceMonitor/database-operator-controller-manager-metrics", "PrometheusRule/database-operator-alerts"}, "PodMonitor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
@@ -55,6 +63,10 @@ func TestMonitoringObjectsOnlyWhereServed(t *testing.T) {
 					}
 					if u.GetNamespace() != "operators" {
 						t.Errorf("%s applied in %q", u.GetName(), u.GetNamespace())
+					}
+					if u.GetKind() == tc.conflict {
+						return apierrors.NewConflict(schema.GroupResource{Group: "monitoring.coreos.com"}, u.GetName(),
+							errors.New(`Apply failed with 1 conflict: conflict with "kubectl-edit"`))
 					}
 					applied = append(applied, u.GetKind()+"/"+u.GetName())
 					return nil

@@ -95,8 +95,10 @@ type Options struct {
 	// become ready (default DefaultRolloutReadyTimeout).
 	RolloutReadyTimeout time.Duration
 	// NoMonitoringObjects: the operator does not apply the Prometheus
-	// operator's objects (MonitoringObjects) in its namespace.
+	// operator's objects (MonitoringObjects) in its namespace;
+	// OperatorDeployment owns them when it does (empty: nothing does).
 	NoMonitoringObjects bool
+	OperatorDeployment  string
 }
 
 // DefaultDatabaseWorkers is above one, so that one Database whose server
@@ -174,7 +176,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		if err != nil {
 			return fmt.Errorf("creating the discovery client: %w", err)
 		}
-		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Discovery: dc, Namespace: opts.Values.OperatorNamespace,
+		if err := mgr.Add(&MonitoringObjects{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Discovery: dc,
+			Namespace: opts.Values.OperatorNamespace, Owner: opts.OperatorDeployment,
 			Interval: MonitoringObjectsInterval, Log: mgr.GetLogger().WithName("monitoring-objects")}); err != nil {
 			return err
 		}

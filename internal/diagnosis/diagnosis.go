@@ -144,7 +144,7 @@ var pgInitializedBy = regexp.MustCompile(`initialized by PostgreSQL version (\d+
 var patterns = []pattern{
 	{DiskFull, regexp.MustCompile(`(?i)no space left on device|disk (is )?full|could not extend file|errno: ?28\b|OS error code 28\b|out of disk space`)},
 	{VersionDowngrade, regexp.MustCompile(`(?i)created by a newer|downgrade|Unsupported redo log format`)},
-	{OutOfMemory, regexp.MustCompile(`(?i)out of memory|cannot allocate memory|could not map anonymous shared memory|\bOOM\b`)},
+	{OutOfMemory, regexp.MustCompile(`(?i)out of memory|cannot allocate memory|could not map anonymous shared memory|Cannot map innodb_buffer_pool|\bOOM\b`)},
 	{AuthenticationFailed, regexp.MustCompile(`(?i)password authentication failed|authentication failed|Access denied for user|no pg_hba\.conf entry`)},
 	{ConfigurationError, regexp.MustCompile(`(?i)unrecognized configuration parameter|invalid value for parameter|unknown variable|unknown option|Error while setting value|ambiguous option|parameter .* cannot be changed`)},
 	{CorruptDataDirectory, regexp.MustCompile(`(?i)corrupt|invalid (primary |secondary )?checkpoint record|could not locate a valid checkpoint|incorrect checksum in control file|PG_CONTROL_VERSION|pg_control|is not a valid data directory|could not open file "(global|base)/|invalid magic number|Cannot open datafile|marked as crashed|Missing system table|Plugin 'InnoDB' (init function returned error|registration as a STORAGE ENGINE failed)|Can't open and lock privilege tables|incompatible with server`)},
@@ -172,16 +172,27 @@ func Classify(log, terminated string) (Cause, string) {
 			return CorruptDataDirectory, trim(lines[i]) // an older major: pg_upgrade's, not the server's
 		}
 	}
-	for _, p := range patterns {
-		// The last matching line: nearest the failure.
-		for i := len(lines) - 1; i >= 0; i-- {
-			if p.re.MatchString(lines[i]) {
-				return p.cause, trim(lines[i])
+	// Warnings and notes only when no other line names a cause: a server
+	// starting logs refused probes ("[Warning] Access denied ...") on its
+	// way to the error that stops it.
+	for _, skipMinor := range []bool{true, false} {
+		for _, p := range patterns {
+			// The last matching line: nearest the failure.
+			for i := len(lines) - 1; i >= 0; i-- {
+				if skipMinor && minor.MatchString(lines[i]) {
+					continue
+				}
+				if p.re.MatchString(lines[i]) {
+					return p.cause, trim(lines[i])
+				}
 			}
 		}
 	}
 	return Unknown, ""
 }
+
+// minor marks a warning or a note (MariaDB, MySQL, PostgreSQL).
+var minor = regexp.MustCompile(`\[(Warning|Note|System)\]|\bWARNING:  `)
 
 // plain is a PostgreSQL JSON log line (jsonlog, as the agent relays it)
 // as the server's plain log would have it: "FATAL:  message", then its

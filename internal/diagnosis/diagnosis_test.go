@@ -58,7 +58,15 @@ LOG:  database system is shut down`, "", DiskFull, "No space left"},
 		{"mariadb buffer pool too big", `2026-12-06 11:19:18 0 [ERROR] mariadbd: Out of memory (Needed 0 bytes)
 2026-12-06 11:19:18 0 [ERROR] InnoDB: Cannot map innodb_buffer_pool_size_max=8388608m
 2026-12-06 11:19:18 0 [ERROR] Plugin 'InnoDB' registration as a STORAGE ENGINE failed.
-2026-12-06 11:19:18 0 [ERROR] Aborting`, "", OutOfMemory, "Out of memory"},
+2026-12-06 11:19:18 0 [ERROR] Aborting`, "", OutOfMemory, "Cannot map innodb_buffer_pool"},
+		// Real (tests/engine TestCrashCausesFromRealServers): a buffer pool beyond the memory limit, and
+		// a refused probe before it; InnoDB's failure must not read as a corrupt data directory.
+		{"mariadb buffer pool beyond the limit", `2026-12-06 15:02:36 3 [Warning] Access denied for user 'root'@'localhost' (using password: YES)
+2026-12-06 15:02:37 0 [ERROR] InnoDB: Cannot map innodb_buffer_pool_size_max=8192m
+2026-12-06 15:02:37 0 [ERROR] InnoDB: Plugin initialization aborted with error Generic error
+2026-12-06 15:02:37 0 [ERROR] Plugin 'InnoDB' registration as a STORAGE ENGINE failed.
+2026-12-06 15:02:37 0 [ERROR] Unknown/unsupported storage engine: InnoDB
+2026-12-06 15:02:37 0 [ERROR] Aborting`, "", OutOfMemory, "Cannot map innodb_buffer_pool"},
 		{"mariadb access denied", `[ERROR] Slave I/O: error connecting to master 'replication@db-0:3306' - retry-time: 10  maximum-retries: 100000  message: Access denied for user 'replication'@'10.0.0.6' (using password: YES), Internal MariaDB error code: 1045`, "", AuthenticationFailed, "Access denied"},
 		{"mariadb disk full", `[ERROR] mariadbd: Disk full (/tmp/#sql-temptable.MAI); waiting for someone to free some space... (errno: 28 "No space left on device")`, "", DiskFull, "Disk full"},
 		{"killed for memory", "LOG:  checkpoint starting: time", "OOMKilled", OutOfMemory, "OOMKilled"},

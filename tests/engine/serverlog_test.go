@@ -26,9 +26,9 @@ import (
 func TestPostgresJSONLogRelayed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	relay := relayPostgresLog(ctx, t)
+	relay := relayPostgresLog(t)
 	out, plain := relay.out, relay.plain
-	pg := testservers.StartPostgresWith(t, testservers.NewTopology(t), "pg-0", relay.settings...)
+	pg := testservers.StartPostgresWith(t, testservers.NewTopology(t), "pg-0", relay.options())
 
 	// entries is what was relayed, each line decoded; a line that is not
 	// a whole JSON object fails the test.
@@ -91,15 +91,19 @@ func TestPostgresJSONLogRelayed(t *testing.T) {
 }
 
 // postgresLogRelay is the agent's relay of a server's log (its named
-// pipes in dir), and the settings that make the server write into them as
-// the chart's configuration does.
+// pipes in dir), and what the agent tells the start script, which then
+// points the server's logging collector at them.
 type postgresLogRelay struct {
+	*serverlog.Relay
 	dir        string
 	out, plain *logbuf.Buffer // the agent's stdout (the JSON log) and stderr
-	settings   []string
 }
 
-func relayPostgresLog(ctx context.Context, t *testing.T) postgresLogRelay {
+func (r postgresLogRelay) options() testservers.PostgresOptions {
+	return testservers.PostgresOptions{Env: []string{"AGENT_LOG_PIPES=" + r.dir}}
+}
+
+func relayPostgresLog(t *testing.T) postgresLogRelay {
 	t.Helper()
 	top, err := os.MkdirTemp("", "dbop-log-") // t.TempDir's parent is closed to the servers' account
 	if err != nil {
@@ -108,15 +112,14 @@ func relayPostgresLog(ctx context.Context, t *testing.T) postgresLogRelay {
 	t.Cleanup(func() { _ = os.RemoveAll(top) })
 	r := postgresLogRelay{dir: filepath.Join(top, "log"), out: &logbuf.Buffer{}, plain: &logbuf.Buffer{}}
 	pipes := serverlog.PostgresPipes(r.out, r.plain)
-	if err := serverlog.Relay(ctx, r.dir, testr.New(t), pipes...); err != nil {
+	if r.Relay, err = serverlog.Start(r.dir, testr.New(t), pipes...); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { r.Drain(time.Second) })
 	paths := []string{top, r.dir}
 	for _, p := range pipes {
 		paths = append(paths, filepath.Join(r.dir, p.Name))
 	}
 	testservers.GiveToPostgres(t, paths...) // in a pod, the agent and the server are one account
-	r.settings = []string{"logging_collector = on", "log_destination = 'jsonlog'", "log_directory = '" + r.dir + "'",
-		"log_filename = 'postgresql'", "log_rotation_age = 0", "log_rotation_size = 0"}
 	return r
 }

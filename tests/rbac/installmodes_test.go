@@ -125,8 +125,19 @@ func runInstallMode(t *testing.T, rb olmrbac.Bundle, m installMode, own string) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The operator's Deployment (its pods run nothing here: the operator
+	// runs in this process), the owner of its monitoring objects.
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: "database-operator-controller-manager"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"control-plane": "controller-manager"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"control-plane": "controller-manager"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.com/database-operator/manager:test"}}}}}}
+	if err := k8s.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
 	if err := controller.Setup(mgr, controller.Options{
-		Values: controller.ValueOptions{OperatorNamespace: own, OperatorImage: "example.com/database-operator/manager:test"},
+		OperatorDeployment: dep.Name,
+		Values:             controller.ValueOptions{OperatorNamespace: own, OperatorImage: "example.com/database-operator/manager:test"},
 		Resolve: func(_ context.Context, pod *corev1.Pod, _ int) (engine.Endpoint, error) {
 			return engine.Endpoint{}, fmt.Errorf("pod %s/%s is simulated: no server runs", pod.Namespace, pod.Name)
 		},
@@ -158,6 +169,9 @@ func runInstallMode(t *testing.T, rb olmrbac.Bundle, m installMode, own string) 
 			}
 			if !equality.Semantic.DeepEqual(got.Object["spec"], w.Object["spec"]) {
 				return fmt.Sprintf("%s %s: the spec applied is not the shipped one", w.GetKind(), w.GetName())
+			}
+			if refs := got.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != dep.UID {
+				return fmt.Sprintf("%s %s: owned by %v, not by the operator's Deployment", w.GetKind(), w.GetName(), refs)
 			}
 		}
 		return ""
@@ -292,6 +306,22 @@ func runInstallMode(t *testing.T, rb olmrbac.Bundle, m installMode, own string) 
 	if err := k8s.Delete(ctx, dbs[outside]); client.IgnoreNotFound(err) != nil {
 		t.Fatal(err)
 	}
+
+	// The operator uninstalled (its Deployment deleted): its monitoring
+	// objects go with it, or their alerts would fire forever.
+	if err := k8s.Delete(ctx, dep, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, own+": the monitoring objects collected with the operator's Deployment", func() string {
+		for _, w := range want {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(w.GroupVersionKind())
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(w), got); !apierrors.IsNotFound(err) {
+				return fmt.Sprintf("%s %s still there (%v)", w.GetKind(), w.GetName(), err)
+			}
+		}
+		return ""
+	})
 }
 
 // usedElsewhere are grants these runs do not use, each with where they

@@ -322,4 +322,12 @@ if [ -n "${TLS_DIR:-}" ]; then
 	set -- "$@" -c ssl=on -c "ssl_cert_file=$TLS_DIR/tls.crt" -c "ssl_key_file=$TLS_DIR/tls.key" \
 		-c "ssl_ca_file=$TLS_DIR/ca.crt" -c ssl_min_protocol_version=TLSv1.2
 fi
+# JSON logs (jsonlog) go through the logging collector, which writes
+# files: the agent has made them named pipes in AGENT_LOG_PIPES, and relays
+# what comes through them to the container's output. Set here, not in the
+# configuration: only a server whose agent reads the pipes may write there.
+if [ -n "${AGENT_LOG_PIPES:-}" ]; then
+	set -- "$@" -c logging_collector=on -c log_destination=jsonlog -c "log_directory=$AGENT_LOG_PIPES" \
+		-c log_filename=postgresql -c log_rotation_age=0 -c log_rotation_size=0
+fi
 exec postgres -D "$PGDATA" "$@"

@@ -94,13 +94,21 @@ func StartMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
 	return m
 }
 
+// MariaDBOptions are what StartMariaDBFailing adds to a server's start.
+type MariaDBOptions struct {
+	// Args are added to the server's.
+	Args []string
+	// AddressSpace, when set, bounds the server's address space (bytes).
+	AddressSpace int64
+}
+
 // StartMariaDBFailing starts the instance pod of topo as StartMariaDB does
-// but waits for nothing: the server is expected to fail (ExitLog). args
-// are added to the server's.
-func StartMariaDBFailing(t testing.TB, topo *Topology, pod string, args ...string) *MariaDB {
+// but waits for nothing: the server is expected to fail (ExitLog).
+func StartMariaDBFailing(t testing.TB, topo *Topology, pod string, opts MariaDBOptions) *MariaDB {
 	t.Helper()
 	m := newMariaDB(t, topo, pod)
-	m.launch(t, args...)
+	m.addressSpace = opts.AddressSpace
+	m.launch(t, opts.Args...)
 	return m
 }
 

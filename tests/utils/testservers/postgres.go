@@ -28,8 +28,18 @@ type Postgres struct {
 	bin      string
 	user     *user.User
 	topo     *Topology
-	// settings are added to the configuration file's (StartPostgresWith).
-	settings []string
+	opts     PostgresOptions
+}
+
+// PostgresOptions are what StartPostgresWith adds to a server's start.
+type PostgresOptions struct {
+	// Settings ("name = 'value'") are added to the configuration file.
+	Settings []string
+	// Env is added to the start script's environment (the agent's
+	// AGENT_LOG_PIPES, say).
+	Env []string
+	// AddressSpace, when set, bounds the server's address space (bytes).
+	AddressSpace int64
 }
 
 // PostgresPassword is the superuser's password in these test servers.
@@ -101,31 +111,31 @@ func (p *Postgres) StartReplica(t testing.TB) *Postgres {
 // directory, and waits until it takes connections.
 func StartPostgres(t testing.TB, topo *Topology, pod string) *Postgres {
 	t.Helper()
-	return StartPostgresWith(t, topo, pod)
+	return StartPostgresWith(t, topo, pod, PostgresOptions{})
 }
 
-// StartPostgresWith is StartPostgres with settings ("name = 'value'")
-// added to its configuration file.
-func StartPostgresWith(t testing.TB, topo *Topology, pod string, settings ...string) *Postgres {
+// StartPostgresWith is StartPostgres with opts.
+func StartPostgresWith(t testing.TB, topo *Topology, pod string, opts PostgresOptions) *Postgres {
 	t.Helper()
-	p := newPostgres(t, topo, pod, settings)
+	p := newPostgres(t, topo, pod, opts)
 	p.startServer(t)
 	return p
 }
 
 // StartPostgresFailing starts the instance pod of topo as StartPostgresWith
 // does but waits for nothing: the server is expected to fail (ExitLog).
-func StartPostgresFailing(t testing.TB, topo *Topology, pod string, settings ...string) *Postgres {
+func StartPostgresFailing(t testing.TB, topo *Topology, pod string, opts PostgresOptions) *Postgres {
 	t.Helper()
-	p := newPostgres(t, topo, pod, settings)
+	p := newPostgres(t, topo, pod, opts)
 	p.launch(t)
 	return p
 }
 
-func newPostgres(t testing.TB, topo *Topology, pod string, settings []string) *Postgres {
-	p := &Postgres{Pod: pod, bin: pgBin(t), user: pgUser(t), Password: PostgresPassword, topo: topo, settings: settings}
+func newPostgres(t testing.TB, topo *Topology, pod string, opts PostgresOptions) *Postgres {
+	p := &Postgres{Pod: pod, bin: pgBin(t), user: pgUser(t), Password: PostgresPassword, topo: topo, opts: opts}
 	p.Dir = scratchDir(t, p.user)
 	p.Port = freePort(t)
+	p.addressSpace = opts.AddressSpace
 	topo.register(pod, p.Port)
 	return p
 }
@@ -168,6 +178,7 @@ func (p *Postgres) launch(t testing.TB) {
 		"POSTGRES_USER=postgres", "POSTGRES_PASSWORD="+p.Password,
 		"INITDB_EXTRA_ARGS=--no-sync", "BASEBACKUP_EXTRA_ARGS=--no-sync")
 	env = append(env, replicationEnv()...)
+	env = append(env, p.opts.Env...)
 	// The settings are in a configuration file outside the data
 	// directory, named by config_file as the chart's pod does: pg_rewind's
 	// crash recovery reads it (with settings on the command line only, it
@@ -180,7 +191,7 @@ func (p *Postgres) launch(t testing.TB) {
 		"wal_level = replica", "max_wal_senders = 10", "wal_log_hints = on",
 		"wal_keep_size = '256MB'", "fsync = off", "shared_buffers = '32MB'",
 		"hot_standby = on", "wal_receiver_status_interval = '1s'"}, "\n") + "\n"
-	for _, line := range p.settings {
+	for _, line := range p.opts.Settings {
 		settings += line + "\n"
 	}
 	if err := os.WriteFile(conf, []byte(settings), 0o644); err != nil {

@@ -31,6 +31,10 @@ type server struct {
 	done chan struct{}
 	// logFrom is where the current run's lines begin in server.log.
 	logFrom int64
+	// addressSpace, when set, bounds the address space of the server's
+	// processes (bytes): memory that cannot be had, whatever the host's
+	// overcommit.
+	addressSpace int64
 }
 
 func freePort(t testing.TB) int {
@@ -99,6 +103,10 @@ func (s *server) start(t testing.TB, u *user.User, env []string, name string, ar
 	}
 	if fi, err := logf.Stat(); err == nil {
 		s.logFrom = fi.Size()
+	}
+	if s.addressSpace > 0 {
+		args = append([]string{"--as=" + strconv.FormatInt(s.addressSpace, 10), "--", name}, args...)
+		name = "prlimit"
 	}
 	cmd := exec.Command(name, args...)
 	asUser(cmd, u, s.Dir)
