@@ -98,11 +98,16 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 		obs.requeueWithin(time.Second)
 		return nil
 	}
-	if wait, ok := r.primaryRestarting(primaryPod, lease, pods, now); ok {
-		// Its agent takes the Lease once the earlier incarnation's ran
-		// out, and starts the server on the same volume: nothing
+	if wait, forRestart, ok := r.primaryRestarting(primary, primaryPod, lease, pods, now); ok {
+		// Its agent takes the Lease (once the earlier incarnation's ran
+		// out) and starts the server on the same volume: nothing
 		// acknowledged is lost, where a replica may lack the last writes.
-		if r.restarts.first(primaryPod.UID) {
+		switch {
+		case forRestart && r.restarts.first(types.UID(lease.ResourceVersion)):
+			r.event(db, corev1.EventTypeNormal, "PrimaryRestarting", "Failover",
+				"Primary %s is restarting (the operator restarted it to start it as the primary) and takes the primary Lease handed to it: no replica is promoted in its place unless it has not within %s",
+				primary, wait.Round(time.Second))
+		case !forRestart && r.restarts.first(primaryPod.UID):
 			r.event(db, corev1.EventTypeNormal, "PrimaryRestarting", "Failover",
 				"Primary %s came back as a new pod on its volume; it takes the primary Lease once its earlier incarnation's has run out: no replica is promoted in its place unless it has not within %s",
 				primary, wait.Round(time.Second))
@@ -147,22 +152,30 @@ func (r *DatabaseReconciler) handoverUnderWay(pod *corev1.Pod, lease *coordinati
 const restartAllowance = 30 * time.Second
 
 // primaryRestarting: the primary's pod was made again (deleted, even
-// forcibly, or restarted by the operator) and runs, while the Lease still
-// names its earlier incarnation. The new incarnation's agent takes the
-// Lease once that one's has run out (see the agent's incarnation rules)
-// and starts the server on the same volume, which holds every write the
-// earlier one acknowledged: a failover would race it for the same expiry
-// and promote a replica that may lack some. It says how long it waits
-// still, twice the Lease's longest duration with its margin plus
-// restartAllowance after the operator first saw this Lease version.
-func (r *DatabaseReconciler) primaryRestarting(pod *corev1.Pod, lease *coordinationv1.Lease, pods []corev1.Pod, now time.Time) (time.Duration, bool) {
-	if pod == nil || !pod.DeletionTimestamp.IsZero() || !podStarted(pod) ||
-		lease == nil || holderOf(lease) != pod.Name || holderUID(lease) == "" || holderUID(lease) == pod.UID {
-		return 0, false
+// forcibly) and runs, while the Lease still names its earlier incarnation;
+// or the operator handed the Lease to the primary by name alone
+// (takeLeaseForRestart: whichever incarnation runs next) and restarted it,
+// to start it as the primary chosen among kept volumes or again after an
+// interrupted failover was undone, and its pod is stopping, missing for a
+// moment or starting. The new incarnation's agent takes the Lease (once
+// an earlier one's has run out: see the agent's incarnation rules) and
+// starts the server on the same volume, which holds every write the
+// earlier one acknowledged: a failover would race it and promote a replica
+// that may lack some. It says how long it waits still, twice the Lease's
+// longest duration with its margin plus restartAllowance after the
+// operator first saw this Lease version, and whether the Lease was handed
+// over for a restart.
+func (r *DatabaseReconciler) primaryRestarting(primary string, pod *corev1.Pod, lease *coordinationv1.Lease, pods []corev1.Pod, now time.Time) (time.Duration, bool, bool) {
+	if lease == nil || holderOf(lease) != primary {
+		return 0, false, false
+	}
+	forRestart := handedForRestart(lease)
+	if !forRestart && (pod == nil || !pod.DeletionTimestamp.IsZero() || !podStarted(pod) || holderUID(lease) == pod.UID) {
+		return 0, false, false
 	}
 	d := r.longestLeaseDuration(lease, pods)
 	left := r.leases.firstSeen(lease, now).Add(2*(d+agent.Margin(d)) + restartAllowance).Sub(now)
-	return left, left > 0
+	return left, forRestart, left > 0
 }
 
 // restartLog remembers the primary pods (by UID) reported as restarting:

@@ -134,6 +134,18 @@ func holderUID(l *coordinationv1.Lease) types.UID {
 	return types.UID(l.Annotations[agent.HolderUIDAnnotation])
 }
 
+// handedForRestartAnnotation, on the primary Lease, says the operator
+// handed it to its holder by name alone (takeLeaseForRestart) and
+// restarted that pod: until an incarnation of it takes the Lease (naming
+// itself), the failover waits for it (primaryRestarting).
+const handedForRestartAnnotation = "database.example.com/handed-for-restart"
+
+// handedForRestart: the Lease names its holder by name alone, handed over
+// for a restart the operator made.
+func handedForRestart(l *coordinationv1.Lease) bool {
+	return holderUID(l) == "" && l.Annotations[handedForRestartAnnotation] != ""
+}
+
 // reconcileLease makes the primary Lease exist, naming the recorded
 // primary, with the operator's duration and the instance count the agents
 // read (a single instance keeps writing while the API server is away). It
@@ -308,8 +320,10 @@ func (r *DatabaseReconciler) nameHolder(l *coordinationv1.Lease, pod string, inc
 	}
 	if incarnation != "" {
 		l.Annotations[agent.HolderUIDAnnotation] = string(incarnation)
+		delete(l.Annotations, handedForRestartAnnotation)
 	} else {
 		delete(l.Annotations, agent.HolderUIDAnnotation)
+		l.Annotations[handedForRestartAnnotation] = now.UTC().Format(time.RFC3339)
 	}
 	delete(l.Annotations, agent.HandoverAnnotation)
 }
