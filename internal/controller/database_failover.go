@@ -103,7 +103,7 @@ func (r *DatabaseReconciler) failoverIfFailed(ctx context.Context, db *dbv1.Data
 		// out) and starts the server on the same volume: nothing
 		// acknowledged is lost, where a replica may lack the last writes.
 		switch {
-		case forRestart && r.restarts.first(types.UID(lease.ResourceVersion)):
+		case forRestart && r.restarts.first(types.UID(lease.Annotations[handedForRestartAnnotation])):
 			r.event(db, corev1.EventTypeNormal, "PrimaryRestarting", "Failover",
 				"Primary %s is restarting (the operator restarted it to start it as the primary) and takes the primary Lease handed to it: no replica is promoted in its place unless it has not within %s",
 				primary, wait.Round(time.Second))
@@ -157,25 +157,33 @@ const restartAllowance = 30 * time.Second
 // (takeLeaseForRestart: whichever incarnation runs next) and restarted it,
 // to start it as the primary chosen among kept volumes or again after an
 // interrupted failover was undone, and its pod is stopping, missing for a
-// moment or starting. The new incarnation's agent takes the Lease (once
-// an earlier one's has run out: see the agent's incarnation rules) and
-// starts the server on the same volume, which holds every write the
-// earlier one acknowledged: a failover would race it and promote a replica
-// that may lack some. It says how long it waits still, twice the Lease's
-// longest duration with its margin plus restartAllowance after the
-// operator first saw this Lease version, and whether the Lease was handed
-// over for a restart.
+// moment or starting, or its next incarnation took the Lease and starts
+// the server. The new incarnation's agent takes the Lease (once an earlier
+// one's has run out: see the agent's incarnation rules) and starts the
+// server on the same volume, which holds every write the earlier one
+// acknowledged: a failover would race it and promote a replica that may
+// lack some (the replicas of a primary chosen among kept volumes lack all
+// it holds beyond them). It says how long it waits still, twice the
+// Lease's longest duration with its margin plus restartAllowance after the
+// operator handed the Lease over for the restart, or first saw this Lease
+// version, and whether the Lease was handed over for a restart.
 func (r *DatabaseReconciler) primaryRestarting(primary string, pod *corev1.Pod, lease *coordinationv1.Lease, pods []corev1.Pod, now time.Time) (time.Duration, bool, bool) {
 	if lease == nil || holderOf(lease) != primary {
 		return 0, false, false
 	}
-	forRestart := handedForRestart(lease)
-	if !forRestart && (pod == nil || !pod.DeletionTimestamp.IsZero() || !podStarted(pod) || holderUID(lease) == pod.UID) {
+	d := r.longestLeaseDuration(lease, pods)
+	budget := 2*(d+agent.Margin(d)) + restartAllowance
+	// Handed over for the operator's restart: until the next incarnation's
+	// agent took the Lease, and while it starts the server (named by it).
+	if at, ok := handedForRestartAt(lease); ok && (holderUID(lease) == "" || (pod != nil && holderUID(lease) == pod.UID)) {
+		left := at.Add(budget).Sub(now)
+		return left, true, left > 0
+	}
+	if pod == nil || !pod.DeletionTimestamp.IsZero() || !podStarted(pod) || holderUID(lease) == "" || holderUID(lease) == pod.UID {
 		return 0, false, false
 	}
-	d := r.longestLeaseDuration(lease, pods)
-	left := r.leases.firstSeen(lease, now).Add(2*(d+agent.Margin(d)) + restartAllowance).Sub(now)
-	return left, forRestart, left > 0
+	left := r.leases.firstSeen(lease, now).Add(budget).Sub(now)
+	return left, false, left > 0
 }
 
 // restartLog remembers the primary pods (by UID) reported as restarting:

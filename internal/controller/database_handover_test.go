@@ -196,6 +196,11 @@ func TestRestartedPrimaryIsNotFailedOver(t *testing.T) {
 		{"restarted by the operator, starting: no failover", 0, false, true, false, false},
 		{"restarted by the operator, its pod not made again yet: no failover", 0, false, true, true, false},
 		{"restarted by the operator, never took the Lease: failover", time.Hour, false, true, false, true},
+		// ... and again, once the new incarnation's agent held the Lease
+		// and started the server, which was not ready within the 1 s
+		// delay: a failover at that point cannot catch its replicas up.
+		{"restarted by the operator, its agent holds the Lease, the server starts: no failover", 0, true, true, false, false},
+		{"restarted by the operator long ago, its server failed: failover", time.Hour, true, true, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			db, pods := failedPrimary()
@@ -217,8 +222,9 @@ func TestRestartedPrimaryIsNotFailedOver(t *testing.T) {
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-0"), LeaseDurationSeconds: ptr.To[int32](15)}}
 			if uid != "" {
 				lease.Annotations[agent.HolderUIDAnnotation] = uid
-			} else {
-				lease.Annotations[handedForRestartAnnotation] = "2026-12-06T15:10:04Z"
+			}
+			if tt.byName {
+				lease.Annotations[handedForRestartAnnotation] = time.Now().Add(-tt.seen).UTC().Format(time.RFC3339)
 			}
 			// orders-0's server has not started: its agent waits for the Lease.
 			servers := map[string]*scriptedServer{"orders-1": {role: engine.RoleReplica, readOnly: true, applied: 90}}

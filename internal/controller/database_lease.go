@@ -134,16 +134,19 @@ func holderUID(l *coordinationv1.Lease) types.UID {
 	return types.UID(l.Annotations[agent.HolderUIDAnnotation])
 }
 
-// handedForRestartAnnotation, on the primary Lease, says the operator
-// handed it to its holder by name alone (takeLeaseForRestart) and
-// restarted that pod: until an incarnation of it takes the Lease (naming
-// itself), the failover waits for it (primaryRestarting).
+// handedForRestartAnnotation, on the primary Lease, says when (the
+// operator's clock, RFC 3339) the operator handed it to its holder by name
+// alone (takeLeaseForRestart) and restarted that pod: the failover waits
+// for the restart (primaryRestarting), through the agent of its next
+// incarnation taking the Lease and starting the server. The next handover
+// to an incarnation removes it.
 const handedForRestartAnnotation = "database.example.com/handed-for-restart"
 
-// handedForRestart: the Lease names its holder by name alone, handed over
-// for a restart the operator made.
-func handedForRestart(l *coordinationv1.Lease) bool {
-	return holderUID(l) == "" && l.Annotations[handedForRestartAnnotation] != ""
+// handedForRestartAt is when the Lease was handed to its holder for a
+// restart the operator made, if it was.
+func handedForRestartAt(l *coordinationv1.Lease) (time.Time, bool) {
+	at, err := time.Parse(time.RFC3339, l.Annotations[handedForRestartAnnotation])
+	return at, err == nil
 }
 
 // reconcileLease makes the primary Lease exist, naming the recorded
