@@ -923,10 +923,10 @@ func TestRollingChangeWithPinnedPrimary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
-	if err := k8s.Update(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	// The operator writes the Database too: a stale copy's update conflicts.
+	updateDatabase(t, db, func(db *dbv1.Database) {
+		db.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("150m"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	})
 	switchovers := func() int {
 		list := &eventsv1.EventList{}
 		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
