@@ -32,9 +32,10 @@ tools: ## Build controller-gen, the local cluster's binaries and operator-sdk (c
 	@hack/build-tools.sh olm >/dev/null
 
 .PHONY: generate
-generate: ## Generate deepcopy code.
+generate: ## Generate deepcopy code and the typed client in pkg/client (clientset, fake clientset, listers, informers).
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
 	$$CG object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	@hack/generate-client.sh
 
 .PHONY: parameters
 parameters: ## Rewrite internal/parameters/*.tsv (every setting the servers know, and whether it takes a reload or a restart) from real PostgreSQL and MariaDB servers; the engine tests fail when they are stale.
@@ -103,7 +104,7 @@ verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl ap
 		$$K kustomize "$$app" >/dev/null || { echo "config/argocd/application.yaml: its path $$app does not build"; exit 1; }; \
 	echo "Argo CD Application          $$app builds"
 
-GENERATED := api config bundle bundle.Dockerfile catalog
+GENERATED := api pkg/client config bundle bundle.Dockerfile catalog
 
 .PHONY: verify-generated
 verify-generated: ## Fail when a generated file (code, CRD, RBAC, bundle) is stale (works on a dirty tree too).

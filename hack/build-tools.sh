@@ -25,6 +25,10 @@
 #        copies the Prometheus operator's ServiceMonitor, PodMonitor and
 #        PrometheusRule CRDs (its Go module, pinned below) into a directory
 #        and prints it: the operator applies those kinds where they are served
+#        hack/build-tools.sh code-generator
+#        builds client-gen, applyconfiguration-gen, lister-gen and
+#        informer-gen (the typed client in pkg/client, make generate) and
+#        prints their bin dir
 #        hack/build-tools.sh actionlint
 #        builds actionlint and prints its bin dir
 #        hack/build-tools.sh floor
@@ -119,6 +123,15 @@ if [[ "${1:-}" == monitoring-crds ]]; then
 fi
 
 # The workflow checker, keyed by its version.
+if [[ "${1:-}" == code-generator ]]; then
+	codegen_ver="$(modver code-generator k8s.io/code-generator)"
+	for g in client-gen applyconfiguration-gen lister-gen informer-gen; do
+		tool "code-generator-$codegen_ver" code-generator "$g" "k8s.io/code-generator/cmd/$g"
+	done
+	echo "$bin"
+	exit 0
+fi
+
 if [[ "${1:-}" == actionlint ]]; then
 	al_ver="$(modver actionlint github.com/rhysd/actionlint)"
 	tool "actionlint-$al_ver" actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \

@@ -322,6 +322,7 @@ type BackupStatus struct {
 // keeps its data at the target; retention deletes both.
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it names the backup's Job"
 // +kubebuilder:validation:XValidation:rule="self.spec == oldSelf.spec",message="a Backup's spec cannot change; create another Backup"
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=all

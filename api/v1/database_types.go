@@ -510,6 +510,9 @@ type DatabaseStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.primary) || (self.spec.primary.startsWith(self.metadata.name + '-') && self.spec.primary.substring(size(self.metadata.name) + 1).matches('^[0-9]+$') && int(self.spec.primary.substring(size(self.metadata.name) + 1)) < self.spec.replicas)",message="spec.primary must name one of this Database's instances: <name>-<ordinal> with ordinal below spec.replicas",fieldPath=.spec.primary
 // +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",optionalOldSelf=true,message="metadata.name must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (it names the Database's Services and pods)"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the instances are <name>-<ordinal> pods of a StatefulSet, whose revision label allows no more"
+// +genclient
+// +genclient:method=GetScale,verb=get,subresource=scale,result=k8s.io/api/autoscaling/v1.Scale
+// +genclient:method=UpdateScale,verb=update,subresource=scale,input=k8s.io/api/autoscaling/v1.Scale,result=k8s.io/api/autoscaling/v1.Scale
 // +kubebuilder:object:root=true
 // +kubebuilder:storageversion
 // +kubebuilder:subresource:status

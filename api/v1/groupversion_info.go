@@ -1,6 +1,3 @@
-// Package v1 holds the example.com/v1 API: the Database kind.
-// +kubebuilder:object:generate=true
-// +groupName=example.com
 package v1
 
 import (
@@ -22,7 +19,17 @@ var (
 
 	// AddToScheme adds this API's types to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
+
+	// SchemeGroupVersion is GroupVersion under the name the generated
+	// clientset (pkg/client) expects.
+	SchemeGroupVersion = GroupVersion
 )
+
+// Resource is the group and resource of a resource of this API, for the
+// generated listers' NotFound errors.
+func Resource(resource string) schema.GroupResource {
+	return GroupVersion.WithResource(resource).GroupResource()
+}
 
 // objects are this API's kinds, added by each type's file (register).
 var objects []runtime.Object

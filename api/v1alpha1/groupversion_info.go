@@ -1,10 +1,3 @@
-// Package v1alpha1 holds the older example.com/v1alpha1 shape of the
-// Database kind. It stays served so that clients written against it keep
-// working; v1 is the hub and the storage version, and the API server
-// converts between the two through the operator's conversion webhook
-// (database_conversion.go).
-// +kubebuilder:object:generate=true
-// +groupName=example.com
 package v1alpha1
 
 import (
@@ -26,7 +19,17 @@ var (
 
 	// AddToScheme adds this API's types to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
+
+	// SchemeGroupVersion is GroupVersion under the name the generated
+	// clientset (pkg/client) expects.
+	SchemeGroupVersion = GroupVersion
 )
+
+// Resource is the group and resource of a resource of this API, for the
+// generated listers' NotFound errors.
+func Resource(resource string) schema.GroupResource {
+	return GroupVersion.WithResource(resource).GroupResource()
+}
 
 // objects are this API's kinds, added by each type's file (register).
 var objects []runtime.Object
