@@ -231,7 +231,7 @@ test-full: test test-faults test-floor-full ## What CI runs, then the full tier:
 
 FAULT_RUNS ?= 5
 .PHONY: bench-faults
-bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table the README keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
+bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table docs/figures.md keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
 	@BIN=$$(hack/build-tools.sh cluster); \
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring(Failover|Switchover)|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition|PrimaryPodDeleted|ScaleDown)$$' \
 		-benchtime=$(FAULT_RUNS)x -timeout 600m ./tests/e2e/ | tee /tmp/dbop-bench-faults.log
