@@ -32,10 +32,11 @@ tools: ## Build controller-gen, the local cluster's binaries and operator-sdk (c
 	@hack/build-tools.sh olm >/dev/null
 
 .PHONY: generate
-generate: ## Generate deepcopy code and the typed client in pkg/client (clientset, fake clientset, listers, informers).
+generate: ## Generate deepcopy code, the typed client in pkg/client (clientset, fake clientset, listers, informers) and docs/api-reference.md from the API's Go types (hack/apidocs).
 	@CG=$$(hack/build-tools.sh controller-gen)/controller-gen; \
 	$$CG object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	@hack/generate-client.sh
+	@go run ./hack/apidocs -out docs/api-reference.md ./api/v1 ./api/v1alpha1
 
 .PHONY: parameters
 parameters: ## Rewrite internal/parameters/*.tsv (every setting the servers know, and whether it takes a reload or a restart) from real PostgreSQL and MariaDB servers; the engine tests fail when they are stale.
@@ -104,10 +105,10 @@ verify-kustomize: ## Build every kustomize layer under config/ (what `kubectl ap
 		$$K kustomize "$$app" >/dev/null || { echo "config/argocd/application.yaml: its path $$app does not build"; exit 1; }; \
 	echo "Argo CD Application          $$app builds"
 
-GENERATED := api pkg/client config bundle bundle.Dockerfile catalog
+GENERATED := api pkg/client config bundle bundle.Dockerfile catalog docs/api-reference.md
 
 .PHONY: verify-generated
-verify-generated: ## Fail when a generated file (code, CRD, RBAC, bundle) is stale (works on a dirty tree too).
+verify-generated: ## Fail when a generated file (code, CRD, RBAC, bundle, catalog, docs/api-reference.md) is stale (works on a dirty tree too).
 	@snap() { git status --porcelain -- $(GENERATED); git --no-pager diff -- $(GENERATED); }; \
 	before=$$(snap | sha256sum); \
 	$(MAKE) -s generate manifests bundle catalog >/dev/null; \
@@ -188,7 +189,7 @@ test-rules: ## The alerts and the dashboard: promtool (hack/tools/promtool, pinn
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).
-	go test $(GOTEST_FLAGS) ./api/... ./internal/... ./helm-charts/... ./scorecard/... ./tests/layout/...
+	go test $(GOTEST_FLAGS) ./api/... ./internal/... ./helm-charts/... ./scorecard/... ./hack/apidocs/... ./tests/layout/...
 	$(RELEASE_GO) test $(GOTEST_FLAGS) ./catalog/... ./images/... ./ociimage/...
 
 .PHONY: test-integration
@@ -231,7 +232,7 @@ test-full: test test-faults test-floor-full ## What CI runs, then the full tier:
 
 FAULT_RUNS ?= 5
 .PHONY: bench-faults
-bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table the README keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
+bench-faults: ## Every fault scenario FAULT_RUNS times per engine (real pods; root; hours): prints the table docs/figures.md keeps (runs, acknowledged writes lost and set aside, longest two-writer time, p50/p95 time to a writable -rw).
 	@BIN=$$(hack/build-tools.sh cluster); \
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'Benchmark(Failover|HungServer|Partition|FailoverBesideHungDatabase|OperatorKilledDuring(Failover|Switchover)|APIServerRestartedDuringFailover|ControlPlaneOutage|RollingChange|SynchronousPartition|PrimaryPodDeleted|ScaleDown)$$' \
 		-benchtime=$(FAULT_RUNS)x -timeout 600m ./tests/e2e/ | tee /tmp/dbop-bench-faults.log

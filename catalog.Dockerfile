@@ -1,5 +1,5 @@
 # The file-based catalog image, for users with Docker (this repository's own
-# images are built in Go: see README). OPM_IMAGE is operator-registry's opm
+# images are built in Go: see docs/installation.md). OPM_IMAGE is operator-registry's opm
 # image from the registry you use, at the version pinned in hack/tools/opm:
 #   docker build -f catalog.Dockerfile --build-arg OPM_IMAGE=<registry>/operator-framework/opm:v1.74.0 \
 #     -t <registry>/database-operator/catalog:v0.2.0 .

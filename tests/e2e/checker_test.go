@@ -669,7 +669,7 @@ func writeOnConn(d dialect, conn *sql.Conn, id int, host string) (ack, bool) {
 // bench-faults`) by scenario and engine; TestMain prints it.
 var faultTable = map[[2]string][]faultRun{}
 
-// printFaultTable prints the table the README keeps: per scenario and
+// printFaultTable prints the table docs/figures.md keeps: per scenario and
 // engine, the runs, writes lost (all set aside when any), the longest
 // two-writer time, p50/p95 of the time to a writable -rw and the longest
 // pause of -rw.

@@ -3,7 +3,7 @@ package processnode
 // The database images the operator's chart uses, run from the host's Debian
 // packages. The official images run their server as uid 999 and the chart
 // relies on that and on a few files inside the images; the node stands in
-// for exactly those parts (the README lists them):
+// for exactly those parts (docs/development.md lists them):
 //
 //	postgres:15     the postgres user (uid 999, home /var/lib/postgresql) and
 //	                PostgreSQL 15's binaries first on PATH, as the image's ENV has it
