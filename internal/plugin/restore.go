@@ -1,0 +1,12 @@
+package plugin
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// TODO(issue 31): being written.
+func newRestoreCommand(_ *Options) *cobra.Command {
+	return &cobra.Command{Use: "restore", RunE: func(*cobra.Command, []string) error { return errors.New("not yet") }}
+}
