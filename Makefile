@@ -142,8 +142,9 @@ actionlint: ## Check the GitHub Actions workflow (.github/workflows) with action
 	@A=$$(hack/build-tools.sh actionlint); "$$A/actionlint" -color=false && echo "actionlint: $$(ls .github/workflows | wc -l) workflow(s) clean"
 
 .PHONY: build
-build: ## Build the operator binary into bin/.
+build: ## Build the operator binary and the kubectl plugin (bin/kubectl-database: put it on PATH, then `kubectl database`) into bin/.
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/manager ./cmd
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/kubectl-database ./cmd/kubectl-database
 
 ##@ Local cluster
 

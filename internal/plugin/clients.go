@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,7 +12,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/pkg/client/clientset/versioned"
@@ -31,11 +31,11 @@ func (o *Options) Clients() (*Clients, error) {
 	if o.clients != nil {
 		return o.clients, nil
 	}
+	if err := o.haveConfig(); err != nil {
+		return nil, err
+	}
 	cfg, err := o.ConfigFlags.ToRESTConfig()
 	if err != nil {
-		if clientcmd.IsEmptyConfig(err) {
-			return nil, errors.New("no kubeconfig: give --kubeconfig, set KUBECONFIG, or write ~/.kube/config")
-		}
 		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
 	}
 	ns, _, err := o.ConfigFlags.ToRawKubeConfigLoader().Namespace()
@@ -54,6 +54,21 @@ func (o *Options) Clients() (*Clients, error) {
 	}
 	o.clients = c
 	return c, nil
+}
+
+// haveConfig fails clearly when there is nothing to connect with: no
+// kubeconfig context, no --server, not in a pod (client-go would try
+// localhost:8080 and say the connection was refused).
+func (o *Options) haveConfig() error {
+	raw, err := o.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	server := o.ConfigFlags.APIServer != nil && *o.ConfigFlags.APIServer != ""
+	if len(raw.Contexts) == 0 && !server && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return errors.New("no kubeconfig: give --kubeconfig, set KUBECONFIG, or write ~/.kube/config")
+	}
+	return nil
 }
 
 // database reads a Database, saying clearly when there is none.

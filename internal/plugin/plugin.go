@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,7 +45,8 @@ func Main(args []string, streams genericiooptions.IOStreams) int {
 	}
 	fmt.Fprintln(streams.ErrOut, "error:", err)
 	var usage usageError
-	if errors.As(err, &usage) {
+	// cobra's own "unknown command" is a wrong command line too.
+	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") {
 		return ExitUsage
 	}
 	return ExitFailed

@@ -16,10 +16,10 @@ import (
 
 const module = "example.com/database-operator"
 
-// shipped are the binaries that go into released images: the manager (the
-// operator image, also the backup Jobs' program) and the project's scorecard
-// tests (the scorecard image).
-var shipped = []string{"./cmd", "./scorecard/cmd/database-scorecard"}
+// shipped are the binaries that are released: the manager (the operator
+// image, also the backup Jobs' program), the project's scorecard tests (the
+// scorecard image) and the kubectl plugin (users' machines, through krew).
+var shipped = []string{"./cmd", "./scorecard/cmd/database-scorecard", "./cmd/kubectl-database"}
 
 // linked lists every package the shipped binaries link, by import path.
 func linked(t *testing.T) map[string]bool {
