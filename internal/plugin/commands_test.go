@@ -309,3 +309,25 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+
+func TestList(t *testing.T) {
+	c, _ := testClients(nil, orders(func(db *dbv1.Database) {
+		db.Status.Instances[2].Ready = false
+		db.Status.Instances[2].Failure = &dbv1.InstanceFailure{Reason: "CrashLoopBackOff"}
+	}))
+	var out bytes.Buffer
+	if err := c.listDatabases(context.Background(), &out, ns); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "testdata/list.golden", out.String())
+
+	out.Reset()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.watchDatabases(ctx, &out, ns); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "  shop/orders  postgresql 15 Running  3/3 ready  primary orders-0  orders-0 primary, orders-1 replica, orders-2 replica not ready (CrashLoopBackOff)\n") {
+		t.Errorf("watch printed:\n%s", out.String())
+	}
+}

@@ -82,7 +82,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root.PersistentFlags().DurationVar(&o.Timeout, "timeout", 10*time.Minute, "how long a command, its --wait included, may take")
 	for _, sub := range []func(*Options) *cobra.Command{
 		newStatusCommand, newSwitchoverCommand, newBackupCommand, newRestoreCommand,
-		newReportCommand, newConnectCommand, newLogsCommand,
+		newReportCommand, newConnectCommand, newLogsCommand, newListCommand,
 	} {
 		root.AddCommand(sub(o))
 	}
