@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	restclient "k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent/metrics"
@@ -123,7 +123,6 @@ func pgMetrics(wal, lagBytes, lagSeconds float64, replica bool) string {
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-
 func TestAgentMetricsPort(t *testing.T) {
 	if agentMetricsPort != metrics.Port {
 		t.Errorf("agentMetricsPort %d, the agent serves on %d", agentMetricsPort, metrics.Port)
@@ -172,7 +171,9 @@ func TestSwitchoverRefusals(t *testing.T) {
 		mutate               func(*dbv1.Database)
 	}{
 		{"during a failover", "orders-1", "a failover of orders is under way: its primary orders-0 has been unhealthy since 2026-12-06T11:59:30Z",
-			func(db *dbv1.Database) { db.Status.PrimaryUnhealthySince = ptr(metav1.NewTime(now.Add(-30 * time.Second))) }},
+			func(db *dbv1.Database) {
+				db.Status.PrimaryUnhealthySince = ptr(metav1.NewTime(now.Add(-30 * time.Second)))
+			}},
 		{"not an instance", "orders-7", "orders-7 is not an instance of Database orders (its instances: orders-0, orders-1, orders-2)", nil},
 		{"the primary", "0", "orders-0 is the primary already", nil},
 		{"not ready", "orders-2", "orders-2 is not ready: the operator only promotes a ready replica",
@@ -308,7 +309,6 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 }
-
 
 func TestList(t *testing.T) {
 	c, _ := testClients(nil, orders(func(db *dbv1.Database) {

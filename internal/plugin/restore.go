@@ -35,7 +35,7 @@ Database's engine, version, replicas and storage unless flags override them
 (when the source is gone: the Backup's engine and version, and --storage-size).
 The source is never touched.`,
 		Example: `  kubectl database restore orders-20261206-101500 --to orders-copy --wait`,
-		Args:  args(1, "the Backup's name"),
+		Args:    args(1, "the Backup's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ro.to == "" {
 				return usageError{errors.New("--to NEW_NAME is required: the name of the Database to create")}
