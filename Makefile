@@ -146,6 +146,12 @@ build: ## Build the operator binary and the kubectl plugin (bin/kubectl-database
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/manager ./cmd
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/kubectl-database ./cmd/kubectl-database
 
+PLUGIN_BASE_URL ?= https://example.com/database-operator/releases/v$(VERSION)
+
+.PHONY: plugin-release
+plugin-release: ## Build kubectl-database for linux and darwin (amd64, arm64) into reproducible archives and write their krew manifest (.local/plugin; PLUGIN_BASE_URL is where they are published).
+	@VERSION=$(VERSION) BASE_URL=$(PLUGIN_BASE_URL) hack/plugin-release.sh
+
 ##@ Local cluster
 
 .PHONY: cluster
