@@ -18,7 +18,8 @@ import (
 
 // Exit codes: 0 done; 1 the command failed (an error from the cluster, a
 // Backup that failed, a wait that timed out); 2 the command line is wrong
-// (unknown command or flag, missing argument).
+// (unknown command or flag, missing argument); connect ends with its
+// client's own exit code.
 const (
 	ExitFailed = 1
 	ExitUsage  = 2
@@ -29,6 +30,16 @@ type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
+
+// exitCodeError ends the plugin with code: the exit code of a program it
+// ran on the user's behalf (connect's client), passed on as its own.
+type exitCodeError struct {
+	err  error
+	code int
+}
+
+func (e exitCodeError) Error() string { return e.err.Error() }
+func (e exitCodeError) Unwrap() error { return e.err }
 
 // StdStreams are the process's standard streams.
 func StdStreams() genericiooptions.IOStreams {
@@ -44,10 +55,19 @@ func Main(args []string, streams genericiooptions.IOStreams) int {
 		return 0
 	}
 	fmt.Fprintln(streams.ErrOut, "error:", err)
+	return exitCode(err)
+}
+
+// exitCode is the plugin's exit code for a command's error.
+func exitCode(err error) int {
 	var usage usageError
 	// cobra's own "unknown command" is a wrong command line too.
 	if errors.As(err, &usage) || strings.HasPrefix(err.Error(), "unknown command") {
 		return ExitUsage
+	}
+	var exit exitCodeError
+	if errors.As(err, &exit) {
+		return exit.code
 	}
 	return ExitFailed
 }
