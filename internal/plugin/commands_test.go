@@ -65,7 +65,7 @@ func backupOf(name, database string, phase dbv1.BackupPhase, ago time.Duration) 
 	return &dbv1.Backup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(now.Add(-ago))},
 		Spec:       dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: database}},
-		Status:     dbv1.BackupStatus{Phase: phase, Size: 3 << 20, Engine: dbv1.EnginePostgreSQL, Version: "15"},
+		Status:     dbv1.BackupStatus{Phase: phase, Size: 3 << 20, Engine: dbv1.EnginePostgreSQL, Version: "15.18 (Debian 15.18-0+deb12u1)"},
 	}
 }
 
@@ -329,5 +329,22 @@ func TestList(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "  shop/orders  postgresql 15 Running  3/3 ready  primary orders-0  orders-0 primary, orders-1 replica, orders-2 replica not ready (CrashLoopBackOff)\n") {
 		t.Errorf("watch printed:\n%s", out.String())
+	}
+}
+
+func TestReleaseOf(t *testing.T) {
+	for _, tc := range []struct {
+		engine      dbv1.Engine
+		version, in string
+	}{
+		{dbv1.EnginePostgreSQL, "15", "15.18 (Debian 15.18-0+deb12u1)"},
+		{dbv1.EnginePostgreSQL, "17", "17.2"},
+		{dbv1.EngineMariaDB, "10.11", "10.11.6-MariaDB-0+deb12u1-log"},
+		{dbv1.EngineMySQL, "8.4", "8.4.3"},
+		{dbv1.EngineMariaDB, "", ""},
+	} {
+		if got := releaseOf(tc.engine, tc.in); got != tc.version {
+			t.Errorf("releaseOf(%s, %q) = %q, want %q", tc.engine, tc.in, got, tc.version)
+		}
 	}
 }

@@ -45,7 +45,7 @@ func phaseOf(db *dbv1.Database) string {
 func (c *Clients) targetPod(ctx context.Context, db *dbv1.Database, replica bool) (string, error) {
 	if !replica {
 		if db.Status.CurrentPrimary == "" {
-			return "", fmt.Errorf("Database %s has no primary yet (phase %s)", db.Name, phaseOf(db))
+			return "", fmt.Errorf("the Database %s has no primary yet (phase %s)", db.Name, phaseOf(db))
 		}
 		return db.Status.CurrentPrimary, nil
 	}
@@ -57,7 +57,7 @@ func (c *Clients) targetPod(ctx context.Context, db *dbv1.Database, replica bool
 	if err != nil || name != "" {
 		return name, err
 	}
-	return "", fmt.Errorf("Database %s has no ready replica (phase %s, %d of %d instance(s) ready): connect to the primary without --replica",
+	return "", fmt.Errorf("the Database %s has no ready replica (phase %s, %d of %d instance(s) ready): connect to the primary without --replica",
 		db.Name, phaseOf(db), db.Status.ReadyReplicas, db.Status.Replicas)
 }
 

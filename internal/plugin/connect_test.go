@@ -201,9 +201,9 @@ func TestConnectBadInput(t *testing.T) {
 	}{
 		{name: "unknown Database", args: []string{"nope", "--print"}, want: `no Database "nope" in namespace "shop"`},
 		{name: "no primary", objs: []runtime.Object{noPrimary, secret}, args: []string{"orders", "--print"},
-			want: "Database orders has no primary yet (phase Provisioning)"},
+			want: "the Database orders has no primary yet (phase Provisioning)"},
 		{name: "no ready replica", objs: []runtime.Object{noReplica, secret, testPod("orders-1", "orders", "replica", false)},
-			args: []string{"orders", "--replica", "--print"}, want: "Database orders has no ready replica"},
+			args: []string{"orders", "--replica", "--print"}, want: "the Database orders has no ready replica"},
 		{name: "no Secret", objs: []runtime.Object{noReplica}, args: []string{"orders", "--print"},
 			want: "the application account's Secret orders-app does not exist yet: the operator creates it once the Database runs"},
 		{name: "no name", args: []string{"--print"}, want: "want the Database's NAME, got 0", usage: true},

@@ -82,7 +82,7 @@ func (c *Clients) watchDatabases(ctx context.Context, out io.Writer, ns string) 
 	informer := factory.Example().V1().Databases().Informer()
 	var mu sync.Mutex
 	last := map[string]string{}
-	print := func(obj any, gone bool) {
+	show := func(obj any, gone bool) {
 		db, ok := obj.(*dbv1.Database)
 		if !ok {
 			return
@@ -102,13 +102,13 @@ func (c *Clients) watchDatabases(ctx context.Context, out io.Writer, ns string) 
 		fmt.Fprintf(out, "%s  %s\n", time.Now().Format(time.TimeOnly), line)
 	}
 	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { print(obj, false) },
-		UpdateFunc: func(_, obj any) { print(obj, false) },
+		AddFunc:    func(obj any) { show(obj, false) },
+		UpdateFunc: func(_, obj any) { show(obj, false) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			print(obj, true)
+			show(obj, true)
 		},
 	})
 	if err != nil {

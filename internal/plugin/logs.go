@@ -146,7 +146,7 @@ func (c *Clients) instancePods(ctx context.Context, db *dbv1.Database) ([]string
 		}
 	}
 	if len(pods) == 0 {
-		return nil, fmt.Errorf("Database %s has no instance pods (phase %s)", db.Name, phaseOf(db))
+		return nil, fmt.Errorf("the Database %s has no instance pods (phase %s)", db.Name, phaseOf(db))
 	}
 	slices.SortFunc(pods, func(a, b pod) int { return a.ordinal - b.ordinal })
 	names := make([]string, len(pods))

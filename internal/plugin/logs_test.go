@@ -212,7 +212,7 @@ func TestLogsBadInput(t *testing.T) {
 		usage bool
 	}{
 		{name: "unknown Database", args: []string{"nope"}, want: `no Database "nope" in namespace "shop"`},
-		{name: "no pods", args: []string{"orders"}, want: "Database orders has no instance pods (phase Pending)"},
+		{name: "no pods", args: []string{"orders"}, want: "the Database orders has no instance pods (phase Pending)"},
 		{name: "bad tail", args: []string{"orders", "--tail", "-2"}, want: "--tail -2", usage: true},
 		{name: "bad since", args: []string{"orders", "--since", "-1m"}, want: "--since -1m0s", usage: true},
 		{name: "two names", args: []string{"orders", "other"}, want: "want the Database's NAME, got 2", usage: true},

@@ -125,9 +125,9 @@ func args(n int, what string) cobra.PositionalArgs {
 }
 
 // argsBetween is args for a range of counts.
-func argsBetween(min, max int, what string) cobra.PositionalArgs {
+func argsBetween(least, most int, what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
-		if len(args) < min || len(args) > max {
+		if len(args) < least || len(args) > most {
 			return usageError{fmt.Errorf("want %s, got %d argument(s)", what, len(args))}
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,16 +99,33 @@ func (c *Clients) restore(ctx context.Context, out io.Writer, backup string, ro 
 	return nil
 }
 
+// releaseOf is the release spec.version names (PostgreSQL's major, MySQL's
+// and MariaDB's major.minor) of a server's version string as a Backup
+// records it ("15.18 (Debian 15.18-0+deb12u1)", "10.11.6-MariaDB-0+deb12u1").
+func releaseOf(engine dbv1.Engine, version string) string {
+	parts := strings.FieldsFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	switch {
+	case len(parts) == 0:
+		return ""
+	case engine == dbv1.EnginePostgreSQL || len(parts) == 1:
+		return parts[0]
+	}
+	return parts[0] + "." + parts[1]
+}
+
 // restoredDatabase is the new Database: the source's engine, version,
 // replicas and storage (or the Backup's, when the source is gone), with
 // the flags' overrides, bootstrapped from the Backup.
 func (c *Clients) restoredDatabase(ctx context.Context, b *dbv1.Backup, ro restoreOptions) (*dbv1.Database, error) {
-	spec := dbv1.DatabaseSpec{Engine: b.Status.Engine, Version: b.Status.Version, Replicas: 1}
+	spec := dbv1.DatabaseSpec{Engine: b.Status.Engine, Version: releaseOf(b.Status.Engine, b.Status.Version), Replicas: 1}
 	src, err := c.DB.ExampleV1().Databases(c.Namespace).Get(ctx, b.Spec.Database.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		spec.Replicas, spec.Storage = src.Spec.Replicas, src.Spec.Storage
+		spec.Engine, spec.Replicas, spec.Storage = src.Spec.Engine, src.Spec.Replicas, src.Spec.Storage
 		spec.Resources = src.Spec.Resources
+		if v := src.Status.Version; v != "" {
+			spec.Version = v
+		}
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading the source Database %s: %w", b.Spec.Database.Name, err)
 	case ro.storageSize == "":

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -79,13 +80,21 @@ func (c *Clients) switchover(ctx context.Context, out io.Writer, name, instance 
 	}
 	start := time.Now()
 	err = c.follow(ctx, out, db, func(db *dbv1.Database) (bool, error) {
-		return db.Status.CurrentPrimary == target && db.Status.Phase == dbv1.PhaseRunning, nil
+		return db.Status.CurrentPrimary == target && primaryServes(db), nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for %s to become the primary: %w", target, err)
 	}
 	fmt.Fprintf(out, "%s is the primary of %s (%.1fs)\n", target, name, time.Since(start).Seconds())
 	return nil
+}
+
+// primaryServes: the Database runs and is Ready, which says its primary
+// serves writes (the operator asked its server).
+func primaryServes(db *dbv1.Database) bool {
+	ready := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionReady)
+	return db.Status.Phase == dbv1.PhaseRunning && ready != nil && ready.Status == metav1.ConditionTrue &&
+		ready.ObservedGeneration >= db.Generation
 }
 
 // switchoverAllowed refuses a switchover the operator would not start or
