@@ -8,6 +8,7 @@
 package olm_test
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -279,6 +280,41 @@ func TestSubscribeAndUpgrade(t *testing.T) {
 	}
 	if after.UID != before.UID || mustJSON(t, after.Spec) != mustJSON(t, before.Spec) {
 		t.Errorf("the Database changed across the upgrade:\nbefore %s\nafter  %s", mustJSON(t, before.Spec), mustJSON(t, after.Spec))
+	}
+
+	// kubectl database report --operator finds the operator OLM installed
+	// and collects OLM's objects through discovery and the dynamic client.
+	checkReport(t, dir, c.Kubeconfig)
+}
+
+// checkReport runs `kubectl database report --operator` and checks that the
+// zip holds the operator's Deployment and OLM's objects of its namespace.
+func checkReport(t *testing.T, dir, kubeconfig string) {
+	t.Helper()
+	bin := filepath.Join(dir, "kubectl-database")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-database")
+	build.Dir = root(".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the plugin: %v\n%s", err, out)
+	}
+	file := filepath.Join(dir, "report.zip")
+	if out, err := exec.Command(bin, "--kubeconfig", kubeconfig, "report", "--operator", "-f", file).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl database report --operator: %v\n%s", err, out)
+	}
+	zr, err := zip.OpenReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name)
+	}
+	for _, want := range []string{"operator/" + opNS + "/deployments/", "olm/" + opNS + "/subscriptions/", "olm/" + opNS + "/clusterserviceversions/" + newerCSV,
+		"olm/" + opNS + "/installplans/", "olm/" + opNS + "/operatorgroups/", "crds.yaml", "databases.yaml"} {
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, want) }) {
+			t.Errorf("the report has no %s*; it has:\n%s", want, strings.Join(names, "\n"))
+		}
 	}
 }
 
