@@ -134,7 +134,9 @@ func instancesLine(db *dbv1.Database) string {
 	var parts []string
 	for _, in := range db.Status.Instances {
 		s := in.Name + " " + orDash(in.Role)
-		if in.Replication != "" && in.Replication != dbv1.ReplicationStreaming {
+		// A ready replica that does not stream matters; a starting one
+		// says "not ready" already.
+		if in.Ready && in.Replication != "" && in.Replication != dbv1.ReplicationStreaming {
 			s += " " + strings.ToLower(string(in.Replication))
 		}
 		if !in.Ready {
