@@ -22,7 +22,7 @@ type reportOptions struct {
 }
 
 // newReportCommand is `kubectl database report NAME` and `report --operator`:
-// a zip for a bug report (issue 31).
+// a zip for a bug report.
 func newReportCommand(o *Options) *cobra.Command {
 	r := &reportOptions{Options: o, now: time.Now}
 	cmd := &cobra.Command{

@@ -297,6 +297,21 @@ func pluginLogs(t *testing.T, ns string) {
 
 // pluginBadInput: each mistake gets a specific message and exit code.
 func pluginBadInput(t *testing.T, ns string) {
+	// A Backup of a Database that does not exist fails at once.
+	lost := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lost"},
+		Spec: dbv1.BackupSpec{Database: dbv1.LocalObjectReference{Name: "nothere"}}}
+	if err := k8s.Create(context.Background(), lost); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "Backup lost Failed", func() string {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(lost), lost); err != nil {
+			return err.Error()
+		}
+		if lost.Status.Phase != dbv1.BackupFailed {
+			return fmt.Sprintf("phase %q", lost.Status.Phase)
+		}
+		return ""
+	})
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -307,6 +322,7 @@ func pluginBadInput(t *testing.T, ns string) {
 		{[]string{"switchover", "orders", "orders-1"}, 1, "error: orders-1 is the primary already"},
 		{[]string{"restore", "nothere", "--to", "x"}, 1, `error: no Backup "nothere" in namespace "` + ns + `"`},
 		{[]string{"restore", "first", "--to", "copy"}, 1, "error: the Database copy exists already: restore into a new name"},
+		{[]string{"restore", "lost", "--to", "x"}, 1, "error: the Backup lost is Failed (DatabaseNotFound): only a Completed backup can be restored"},
 		{[]string{"connect", "nothere"}, 1, `error: no Database "nothere" in namespace "` + ns + `"`},
 		{[]string{"status"}, 2, "error: want the Database's name, got 0 argument(s)"},
 		{[]string{"backup", "orders", "--wiat"}, 2, "error: unknown flag: --wiat"},
