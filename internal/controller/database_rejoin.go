@@ -95,6 +95,12 @@ func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
 	if st.Role == engine.RolePrimary {
 		return p.formerPrimary(ctx, pod, inst, st)
 	}
+	if engine.ProfileOf(p.db.Spec.Engine).RejoinByRestart {
+		diverged, err := p.divergedStandby(ctx, pod, st)
+		if err != nil || diverged {
+			return err
+		}
+	}
 	// A standby whose receiver is down reports no source; re-pointing it
 	// is harmless when it was right, and heals it when it was not.
 	why := fmt.Sprintf("%s replicated from %q", pod.Name, st.Source)
@@ -174,6 +180,42 @@ func (p *rejoin) rebuild(pod *corev1.Pod, action, reason, why string) {
 	p.r.event(p.db, corev1.EventTypeWarning, reason, action,
 		"%s: rebuilding it from %s (request %s); its old data is kept aside on its volume", why, primary, token)
 	p.obs.restartPod(pod, "rebuild it from "+primary)
+}
+
+// divergedStandby rewinds a PostgreSQL standby whose recovery went past
+// the point where the primary's timeline left its own: it received WAL
+// from a former primary that the new one never had (a record written
+// after the switchover's catch-up, streamed before the standby was
+// re-pointed). Such a standby can never follow: its server waits forever
+// for a timeline it cannot take. The rewind (pg_rewind, its start script
+// keeping that WAL aside) makes it a standby of the primary again.
+func (p *rejoin) divergedStandby(ctx context.Context, pod *corev1.Pod, st engine.Status) (bool, error) {
+	if st.ReplayTimeline == 0 {
+		return false, nil // unknown: no evidence of divergence
+	}
+	prim, err := p.obs.instances.get(ctx, p.primaryPod)
+	if err != nil {
+		return false, nil // the primary cannot be reached: nothing to judge by
+	}
+	fork, forked, err := prim.ForkPoint(ctx, st.ReplayTimeline)
+	if err != nil || !forked {
+		// Its own timeline, or one the primary's history does not name:
+		// no evidence of divergence, and never a rewind on a guess.
+		return false, nil
+	}
+	reached := st.Applied.LSN
+	if reached <= fork.LSN {
+		return false, nil // behind the fork point: it follows the new timeline
+	}
+	primary := p.primaryPod.Name
+	log.FromContext(ctx).Info("standby holds diverged WAL", "pod", pod.Name, "from", fork.String(), "to", engine.Position{Timeline: fork.Timeline, LSN: reached}.String())
+	p.r.event(p.db, corev1.EventTypeWarning, "DivergedWritesSetAside", "Rewind",
+		"%s received WAL %s to %s on timeline %d that %s never had (its timeline left timeline %d at %s): it cannot follow %s; "+
+			"the rewind discards that WAL from its data directory and its start script keeps it aside on the volume (diverged-wal-<time>)",
+		pod.Name, fork.LSN, reached, fork.Timeline, primary, fork.Timeline, fork.LSN, primary)
+	p.obs.requestRewind(pod.Name, p.r.now().UTC().Format("20060102T150405Z"))
+	p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind): it holds WAL past where "+primary+"'s timeline forked")
+	return true, nil
 }
 
 // reportDiverged says, before a former PostgreSQL primary is rewound, which

@@ -118,6 +118,14 @@ type Status struct {
 	// commits now (PostgreSQL: synchronous standbys; MySQL and MariaDB:
 	// semi-synchronous replicas); 0 with asynchronous replication.
 	SyncReplicas int
+	// ReplayTimeline, on a PostgreSQL replica, is the timeline of the WAL
+	// its recovery replays (the newest timeline whose segment in pg_wal
+	// holds its replay position): unlike Applied's timeline, which comes
+	// from the WAL receiver or the last restartpoint, it is right even
+	// with no receiver running. A replica on a timeline the primary left
+	// before the replica's position holds WAL the primary never had.
+	// 0 when unknown.
+	ReplayTimeline uint32
 	// SourceLost, on a replica, is why it can never catch up with its
 	// source (the server's own words), when that is so: the source no
 	// longer holds what the replica needs next. Only a rebuild helps.

@@ -21,9 +21,10 @@ import (
 var ErrNotInRecovery = errors.New("instance is a primary, not a standby: restart it as a standby (pg_rewind) to follow another primary")
 
 type postgres struct {
-	conn   *pgx.Conn
-	ep     Endpoint
-	peerCA string // Options.PeerCAFile
+	conn    *pgx.Conn
+	ep      Endpoint
+	peerCA  string // Options.PeerCAFile
+	segSize uint64 // wal_segment_size, read at the first need
 }
 
 func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Options) (*postgres, error) {
@@ -117,7 +118,48 @@ func (p *postgres) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	st.Behind = int64(st.Received.LSN - st.Applied.LSN)
+	if st.ReplayTimeline, err = p.replayTimeline(ctx, st.Applied.LSN); err != nil {
+		return Status{}, err
+	}
 	return st, nil
+}
+
+// replayTimeline is the newest timeline of the WAL segments in pg_wal
+// that hold the byte before lsn (the last one replayed): the segment
+// recovery reads is on the timeline it replays, and a newer timeline's
+// copy of that segment exists only once the standby received it. 0 when
+// no segment holds it (replayed from an archive, since removed).
+func (p *postgres) replayTimeline(ctx context.Context, lsn LSN) (uint32, error) {
+	if lsn == 0 {
+		return 0, nil
+	}
+	if p.segSize == 0 {
+		if err := p.conn.QueryRow(ctx, `SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'`).Scan(&p.segSize); err != nil {
+			return 0, fmt.Errorf("PostgreSQL %s: reading wal_segment_size: %w", p.ep, err)
+		}
+		if p.segSize == 0 || 0x100000000%p.segSize != 0 {
+			return 0, fmt.Errorf("PostgreSQL %s: wal_segment_size %d is no power of two up to 4 GiB", p.ep, p.segSize)
+		}
+	}
+	seg := (uint64(lsn) - 1) / p.segSize
+	perID := 0x100000000 / p.segSize
+	suffix := fmt.Sprintf("%08X%08X", seg/perID, seg%perID)
+	rows, err := p.conn.Query(ctx, `SELECT name FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$' AND substr(name, 9) = $1`, suffix)
+	if err != nil {
+		return 0, fmt.Errorf("PostgreSQL %s: listing pg_wal: %w", p.ep, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("PostgreSQL %s: listing pg_wal: %w", p.ep, err)
+	}
+	var newest uint32
+	for _, name := range names {
+		tli, err := strconv.ParseUint(name[:8], 16, 32)
+		if err == nil && uint32(tli) > newest {
+			newest = uint32(tli)
+		}
+	}
+	return newest, nil
 }
 
 func pgPosition(tliHex, lsnText string) (Position, error) {

@@ -197,7 +197,7 @@ func TestPostgresStartScript(t *testing.T) {
 	if !t.Run("rewind on request", func(t *testing.T) {
 		old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rewind-" + old.Pod: "20261203T000000Z"})
 		old.Restart(t)
-		if !strings.Contains(old.Log(), "former primary: rewinding onto orders-1") || strings.Contains(old.Log(), "pg_rewind failed") {
+		if !strings.Contains(old.Log(), "rewinding onto orders-1") || strings.Contains(old.Log(), "pg_rewind failed") {
 			t.Errorf("the start script did not rewind:\n%s", old.Log())
 		}
 		rejoined := old.Instance(t)
@@ -247,6 +247,85 @@ func TestPostgresStartScript(t *testing.T) {
 	})
 }
 
+// TestPostgresDivergedStandbyRewound: a standby that received WAL from
+// the old primary past the point where the new primary's timeline forked
+// (what a switchover leaves when the old primary writes a record after
+// the catch-up and streams it before the standby is re-pointed) can never
+// follow the new primary. Its status shows what the operator judges it
+// by: the timeline its WAL receiver asks for, and a position past the
+// fork point the new primary's history names. Once the operator asks, its
+// start script rewinds it (a standby, not a former primary) and keeps the
+// discarded WAL aside; then it streams from the new primary.
+func TestPostgresDivergedStandbyRewound(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	servers := testservers.StartPostgresCluster(t, "ledger", 3)
+	old, r1, r2 := servers[0], servers[1], servers[2]
+	p, i2 := old.Instance(t), r2.Instance(t)
+	if err := old.Exec(ctx, "CREATE TABLE ledger (id serial PRIMARY KEY, note text)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Exec(ctx, "INSERT INTO ledger (note) SELECT 'acknowledged' FROM generate_series(1, 10)"); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, ctx, p, r1.Instance(t), "r1")
+	waitCaughtUp(t, ctx, p, i2, "r2")
+
+	// r1 stops; the old primary writes what only r2 receives, and is lost.
+	r1.Stop()
+	if err := old.Exec(ctx, "INSERT INTO ledger (note) VALUES ('only on the old timeline')"); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, ctx, p, i2, "r2")
+	old.Kill()
+	r1.Restart(t)
+	i1 := r1.Instance(t)
+	if err := i1.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := i2.Follow(ctx, engine.Endpoint{Host: "127.0.0.1", Port: r1.Port}, engine.Credentials{User: "postgres", Password: r1.Password}); err != nil {
+		t.Fatal(err)
+	}
+
+	// r2 cannot take timeline 2: it replays timeline 1, its position
+	// past the fork point, however long it is given.
+	time.Sleep(3 * time.Second)
+	st, err := i2.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork, forked, err := i1.ForkPoint(ctx, st.ReplayTimeline)
+	if err != nil || !forked || st.ReplayTimeline != 1 || st.Applied.LSN <= fork.LSN {
+		t.Fatalf("r2 %+v against the fork point %s (forked %t, %v): want replay timeline 1 and a position past the fork", st, fork, forked, err)
+	}
+
+	// The operator asks for the rewind; the restarted standby is rewound.
+	old.Topology().Write(t, map[string]string{"primary": r1.Pod, "rewind-" + r2.Pod: "20261206T000000Z"})
+	r2.Stop()
+	r2.Restart(t)
+	if !strings.Contains(r2.Log(), "rewinding onto ledger-1") || strings.Contains(r2.Log(), "pg_rewind failed") {
+		t.Fatalf("the start script did not rewind the standby:\n%s", r2.Log())
+	}
+	rewound := r2.Instance(t)
+	waitCaughtUp(t, ctx, i1, rewound, "the rewound standby")
+	if st, _ := rewound.Status(ctx); st.Applied.Timeline != 2 || st.ReplayTimeline != 2 {
+		t.Errorf("rewound standby %+v: want timeline 2", st)
+	}
+	if n := r2.Count(t, "ledger WHERE note = 'only on the old timeline'"); n != 0 {
+		t.Errorf("the diverged row survived the rewind (%d rows)", n)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(filepath.Dir(r2.Data()), "diverged-wal-*", "00000001*")); len(kept) == 0 {
+		t.Errorf("the diverged WAL was not kept aside:\n%s", r2.Log())
+	}
+	// The request is carried out once: a plain restart does not rewind.
+	r2.Stop()
+	before := strings.Count(r2.Log(), "rewinding onto")
+	r2.Restart(t)
+	if after := strings.Count(r2.Log(), "rewinding onto"); after != before {
+		t.Errorf("a plain restart rewound again (%d rewinds, was %d)", after, before)
+	}
+}
+
 // waitCaughtUp waits until replica has applied all that primary has written.
 func waitCaughtUp(t *testing.T, ctx context.Context, primary, replica engine.Instance, name string) {
 	t.Helper()
@@ -268,6 +347,11 @@ func waitCaughtUp(t *testing.T, ctx context.Context, primary, replica engine.Ins
 			t.Fatalf("%s: %v", name, err)
 		}
 		if c >= 0 && rs.Streaming {
+			// What the operator judges divergence by: a standby that
+			// follows replays the primary's timeline.
+			if rs.ReplayTimeline != ps.Applied.Timeline {
+				t.Errorf("%s: replays timeline %d, streaming timeline %d from a primary on %d", name, rs.ReplayTimeline, rs.Applied.Timeline, ps.Applied.Timeline)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

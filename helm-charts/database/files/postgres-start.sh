@@ -10,6 +10,8 @@
 #                             once the operator asks (topology key
 #                             "rewind-<pod>"), pg_rewind onto the new
 #                             primary's timeline, restart as standby
+#   rewind asked for          a standby past the new timeline's fork point:
+#                             pg_rewind too (what it discards kept aside)
 #   rebuild asked for         set the data aside (never deleted) and clone
 #
 # Then it execs postgres with the container's arguments. A clone or rewind
@@ -136,22 +138,24 @@ clone() {
 	# the backup needs. The clone lands under a temporary name first, so a
 	# failed copy is never mistaken for data.
 	# shellcheck disable=SC2086
-	# shellcheck disable=SC2086
 	pg_basebackup -h "$host" -p "$port" -U "$REPLICATION_USER" -D "$PGDATA.clone" \
 		-R -X stream -c fast $(slot_option) ${BASEBACKUP_EXTRA_ARGS:-} >&2
 	mv "$PGDATA.clone" "$PGDATA"
 	chmod 0700 "$PGDATA"
 	follow_primary
+	# A fresh clone has nothing to rewind: a request already in the
+	# topology (kept there after an earlier rewind) is done.
+	topology_key "rewind-$POD_NAME" >"$volume/rewound"
 }
 
 rewind() {
 	# An unreachable primary is no reason to touch the data: fail the start
 	# and let the kubelet retry.
 	if ! psql -h "$host" -p "$port" -U "$POSTGRES_USER" -d postgres -qAtc 'SELECT 1' >/dev/null; then
-		log "former primary: $primary ($host:$port) does not answer yet; not rewinding"
+		log "rewind: $primary ($host:$port) does not answer yet; not rewinding"
 		exit 1
 	fi
-	log "former primary: rewinding onto $primary ($host:$port)"
+	log "rewinding onto $primary ($host:$port)"
 	# pg_rewind reads the source's timeline from its control file, which a
 	# just-promoted primary updates at its first checkpoint: ask for it.
 	psql -h "$host" -p "$port" -U "$POSTGRES_USER" -d postgres -qc CHECKPOINT >&2 || true
@@ -230,7 +234,7 @@ rewind_keeping_diverged() {
 		fi
 	done
 	mv "$aside.tmp" "$aside"
-	log "former primary: what it wrote after $lsn on timeline $tli, which $primary never received, is kept in $aside: $kept (pg_rewind removed it from the data directory)"
+	log "diverged WAL: what this server holds after $lsn on timeline $tli, which $primary never received, is kept in $aside: $kept (pg_rewind removed it from the data directory)"
 }
 
 # A standby has standby.signal; a former primary has not, and may hold WAL
@@ -241,9 +245,11 @@ rewind_keeping_diverged() {
 # rewound at this start. A former primary its agent stopped (it could no
 # longer prove it held the primary Lease: AGENT_FENCED=1) is fenced the
 # same way.
+# A standby is rewound too when the operator asks: one that received WAL
+# from a former primary past the point where the new primary's timeline
+# forked can never follow it.
 fenced=""
 rejoin() {
-	[ ! -f "$PGDATA/standby.signal" ] || return 0
 	token="$(topology_key "rewind-$POD_NAME")"
 	if [ "${AGENT_FENCED:-}" != 1 ] && [ -n "$token" ] && [ "$token" != "$(cat "$volume/rewound" 2>/dev/null || true)" ]; then
 		log "rewind $token asked for by the operator"
@@ -251,6 +257,7 @@ rejoin() {
 		printf '%s\n' "$token" >"$volume/rewound"
 		return
 	fi
+	[ ! -f "$PGDATA/standby.signal" ] || return 0
 	log "former primary: starting it fenced (read-only, superuser logins only) until the operator has recorded what a rewind would discard and asks for it"
 	fenced=1
 }
