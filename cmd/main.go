@@ -22,6 +22,7 @@ import (
 
 	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/internal/controller"
 	// +kubebuilder:scaffold:imports
 )
@@ -35,7 +36,8 @@ func main() {
 }
 
 // dispatch runs a subcommand (the programs backup and restore Jobs run
-// from this same binary) or, by default, the manager.
+// from this same binary, the agent, PostgreSQL's archive and restore
+// commands) or, by default, the manager.
 func dispatch(ctx context.Context, args []string) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -45,6 +47,10 @@ func dispatch(ctx context.Context, args []string) error {
 			return backup.RestoreCommand(ctx, args[1:], os.Stderr)
 		case "agent":
 			return agent.Command(ctx, args[1:], os.Stderr)
+		case "wal-push":
+			return wal.PushCommand(ctx, args[1:], os.Stderr)
+		case "wal-fetch":
+			return wal.FetchCommand(ctx, args[1:], os.Stderr)
 		case "copy-binary":
 			if len(args) != 2 {
 				return fmt.Errorf("usage: copy-binary DESTINATION")

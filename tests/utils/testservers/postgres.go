@@ -3,6 +3,7 @@ package testservers
 import (
 	"context"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -242,4 +243,43 @@ func (p *Postgres) Count(t testing.TB, table string) int {
 // Instance opens the engine layer's view of this server as the superuser.
 func (p *Postgres) Instance(t testing.TB) engine.Instance {
 	return openInstance(t, dbv1.EnginePostgreSQL, p.Port, engine.Credentials{User: "postgres", Password: p.Password})
+}
+
+// BaseBackup takes a base backup of the server (pg_basebackup, with the
+// WAL it needs streamed along) into a new directory the servers' account
+// owns, and returns that directory.
+func (p *Postgres) BaseBackup(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(scratchDir(t, p.user), "base")
+	cmd := exec.Command(filepath.Join(p.bin, "pg_basebackup"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port), "-U", "postgres",
+		"-D", dir, "-X", "stream", "-c", "fast", "--no-sync")
+	asUser(cmd, p.user, filepath.Dir(dir))
+	cmd.Env = append(cmd.Env, "PGPASSWORD="+p.Password)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_basebackup of %s: %v\n%s", p.Pod, err, out)
+	}
+	return dir
+}
+
+// PostgresOnData makes pod, the primary of a new topology, on a copy of
+// the data directory data (a base backup, say) with opts, without
+// starting it (Restart starts it, RestartFailing when it should fail).
+// recovery adds recovery.signal, for a recovery the settings in opts
+// direct (restore_command, a recovery target).
+func PostgresOnData(t testing.TB, pod, data string, recovery bool, opts PostgresOptions) *Postgres {
+	t.Helper()
+	topo := NewTopology(t)
+	p := newPostgres(t, topo, pod, opts)
+	topo.SetPrimary(t, pod)
+	if out, err := exec.Command("cp", "-a", data, p.Data()).CombinedOutput(); err != nil {
+		t.Fatalf("copying %s: %v\n%s", data, err, out)
+	}
+	if recovery {
+		signal := filepath.Join(p.Data(), "recovery.signal")
+		if err := os.WriteFile(signal, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		GiveToPostgres(t, signal)
+	}
+	return p
 }

@@ -1,0 +1,306 @@
+package backup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/tests/utils/testservers"
+)
+
+// The test binary is PostgreSQL's archive and restore command too, as the
+// manager binary is in a pod: started with DBOP_WAL_COMMAND set, it is
+// that subcommand (wal-push, wal-fetch) and nothing else.
+func TestMain(m *testing.M) {
+	var err error
+	switch os.Getenv("DBOP_WAL_COMMAND") {
+	case "":
+		os.Exit(m.Run())
+	case "wal-push":
+		err = wal.PushCommand(context.Background(), os.Args[1:], os.Stderr)
+	case "wal-fetch":
+		err = wal.FetchCommand(context.Background(), os.Args[1:], os.Stderr)
+	default:
+		err = fmt.Errorf("DBOP_WAL_COMMAND %q", os.Getenv("DBOP_WAL_COMMAND"))
+	}
+	if err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// walCommands copies the test binary where the servers' account can run
+// it and returns PostgreSQL's archive_command and restore_command for an
+// archive in a directory of its own.
+func walCommands(t *testing.T) (archiveDir, archive, restore string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "dbop-wal-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "manager")
+	in, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	archiveDir = filepath.Join(dir, "archive")
+	if err := os.Mkdir(archiveDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	testservers.GiveToPostgres(t, archiveDir)
+	target := "--dir=" + archiveDir + " --prefix=shop/orders/wal"
+	return archiveDir,
+		fmt.Sprintf("archive_command = 'DBOP_WAL_COMMAND=wal-push %s %s %%p'", bin, target),
+		fmt.Sprintf("restore_command = 'DBOP_WAL_COMMAND=wal-fetch %s %s %%f %%p'", bin, target)
+}
+
+// write is one row a writer inserted: when it was sent, and when (if) the
+// server acknowledged its commit.
+type write struct {
+	id         int64
+	sent, acked time.Time
+}
+
+// writer inserts timestamped rows one transaction at a time until stop.
+func writer(ctx context.Context, t *testing.T, p *testservers.Postgres, stop <-chan struct{}) func() []write {
+	c, err := p.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var out []write
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.Close(context.Background())
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w := write{sent: time.Now()}
+			err := c.QueryRow(ctx, "INSERT INTO events (at) VALUES (clock_timestamp()) RETURNING id").Scan(&w.id)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("writer: %v", err)
+				}
+				return
+			}
+			w.acked = time.Now()
+			mu.Lock()
+			out = append(out, w)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return func() []write {
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return out
+	}
+}
+
+// archived waits until the server's archiver has archived the segment it
+// just switched away from.
+func switchAndArchive(t *testing.T, ctx context.Context, p *testservers.Postgres) string {
+	t.Helper()
+	c, err := p.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var seg string
+	if err := c.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&seg); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var last *string
+		var failed int64
+		if err := c.QueryRow(ctx, "SELECT last_archived_wal, failed_count FROM pg_stat_archiver").Scan(&last, &failed); err != nil {
+			t.Fatal(err)
+		}
+		if last != nil && *last >= seg {
+			return seg
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segment %s not archived within 30 s (last %v, %d failures):\n%s", seg, deref(last), failed, p.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPostgresPointInTimeRecovery: a server archives its WAL through the
+// manager's wal-push (archive_command); writers insert timestamped rows;
+// the test notes a moment T, the writers go on, a table is dropped. A new
+// server on the base backup taken before, replaying the archive through
+// wal-fetch (restore_command) to T, has every row acknowledged before T,
+// none sent after it, and the dropped table. A segment corrupted in the
+// archive is refused before replay: the recovery to T stops and says so,
+// never ending quietly at an earlier point.
+func TestPostgresPointInTimeRecovery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	archiveDir, archive, restore := walCommands(t)
+	src := testservers.StartPostgresWith(t, testservers.NewTopology(t), "orders-0", testservers.PostgresOptions{
+		Settings: []string{"archive_mode = on", archive},
+	})
+	pgExec(t, ctx, src, "postgres",
+		"CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL)",
+		"CREATE TABLE doomed (id int)", "INSERT INTO doomed VALUES (1)")
+	base := src.BaseBackup(t)
+	// What follows lies in segments only the archive holds.
+	first := switchAndArchive(t, ctx, src)
+
+	stop := make(chan struct{})
+	collect := writer(ctx, t, src, stop)
+	time.Sleep(700 * time.Millisecond)
+	var target time.Time
+	c := pgConn(t, ctx, src, "postgres")
+	if err := c.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	pgExec(t, ctx, src, "postgres", "DROP TABLE doomed")
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	writes := collect()
+	c.Close(ctx)
+	last := switchAndArchive(t, ctx, src)
+	var before, after int
+	for _, w := range writes {
+		switch {
+		case w.acked.Before(target):
+			before++
+		case w.sent.After(target):
+			after++
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Fatalf("%d writes acknowledged before T, %d sent after: the writer did not straddle T", before, after)
+	}
+	t.Logf("archived %s to %s; %d writes acknowledged before T, %d sent after", first, last, before, after)
+	entries, err := wal.Archive{Store: storage.NewDir(archiveDir), Prefix: "shop/orders/wal"}.List(ctx)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("archive entries: %v (%v)", entries, err)
+	}
+
+	settings := []string{restore, "recovery_target_time = '" + target.UTC().Format("2006-01-02 15:04:05.999999-07") + "'", "recovery_target_action = 'promote'"}
+	t.Run("restored to T", func(t *testing.T) {
+		restored := testservers.PostgresOnData(t, "restored-0", base, true, testservers.PostgresOptions{Settings: settings})
+		restored.Restart(t)
+		waitPromoted(t, ctx, restored)
+		rc := pgConn(t, ctx, restored, "postgres")
+		defer rc.Close(ctx)
+		present := map[int64]bool{}
+		rows, err := rc.Query(ctx, "SELECT id FROM events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			present[id] = true
+		}
+		var lost, leaked int
+		for _, w := range writes {
+			switch {
+			case w.acked.Before(target) && !present[w.id]:
+				lost++
+			case w.sent.After(target) && present[w.id]:
+				leaked++
+			}
+		}
+		if lost > 0 || leaked > 0 {
+			t.Errorf("restored to T: %d writes acknowledged before T missing, %d sent after T present (of %d rows)", lost, leaked, len(ids))
+		}
+		var doomed int
+		if err := rc.QueryRow(ctx, "SELECT count(*) FROM doomed").Scan(&doomed); err != nil || doomed != 1 {
+			t.Errorf("the table dropped after T: %d rows (%v), want it back with its row", doomed, err)
+		}
+		if !strings.Contains(restored.Log(), "wal-fetch: restored "+last) {
+			t.Errorf("the recovery did not fetch %s through wal-fetch:\n%s", last, restored.Log())
+		}
+		t.Logf("restored to T: %d rows, all %d acknowledged before T among them", len(ids), before)
+	})
+
+	// The writes lie in the segment after the base backup's (whose copy
+	// in the base backup a recovery would fall back on).
+	t.Run("a corrupted segment stops the recovery", func(t *testing.T) {
+		seg := filepath.Join(archiveDir, "shop/orders/wal", last)
+		b, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/3] ^= 0xff
+		if err := os.WriteFile(seg, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		restored := testservers.PostgresOnData(t, "corrupt-0", base, true, testservers.PostgresOptions{Settings: settings})
+		restored.RestartFailing(t)
+		log := restored.ExitLog(t, time.Minute)
+		if !strings.Contains(log, "CORRUPT ARCHIVE") || !strings.Contains(log, last) {
+			t.Errorf("the corrupt segment %s was not reported:\n%s", last, log)
+		}
+		if !strings.Contains(log, "recovery ended before configured recovery target was reached") {
+			t.Errorf("the recovery did not stop short of T with an error:\n%s", log)
+		}
+	})
+}
+
+func waitPromoted(t *testing.T, ctx context.Context, p *testservers.Postgres) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c, err := p.Connect(ctx)
+		if err == nil {
+			var inRecovery bool
+			err = c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery)
+			c.Close(ctx)
+			if err == nil && !inRecovery {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still recovering after a minute (%v):\n%s", p.Pod, err, p.Log())
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Fatal(ctx.Err())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
