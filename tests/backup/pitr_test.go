@@ -87,7 +87,7 @@ func walCommands(t *testing.T) (archiveDir, archive, restore string) {
 // write is one row a writer inserted: when it was sent, and when (if) the
 // server acknowledged its commit.
 type write struct {
-	id         int64
+	id          int64
 	sent, acked time.Time
 }
 
