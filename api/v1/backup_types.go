@@ -45,6 +45,40 @@ type BackupPolicy struct {
 	// +kubebuilder:validation:Maximum=604800
 	// +optional
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
+
+	// Archive turns on continuous archiving of the write-ahead log to the
+	// target (PostgreSQL; MySQL and MariaDB binary log archiving is not
+	// built yet): every completed WAL segment is copied there with its
+	// checksum by the primary's own server, the base of point-in-time
+	// recovery. A volume target's claim is mounted in every instance's pod:
+	// with more than one instance it must be ReadWriteMany (or the pods
+	// share a node).
+	// +optional
+	Archive *ArchivePolicy `json:"archive,omitempty"`
+}
+
+// ArchivePolicy is continuous archiving of the write-ahead log.
+type ArchivePolicy struct {
+	// Enabled archives every completed WAL segment of the primary.
+	Enabled bool `json:"enabled"`
+
+	// TimeoutSeconds closes and archives the current WAL segment at most
+	// this long after a write (PostgreSQL's archive_timeout): the most a
+	// Database lost with all its volumes can lose with archiving of
+	// completed segments alone. Each closed segment takes its full size
+	// (16 MiB) in the target. Default 60.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// DefaultArchiveTimeoutSeconds is ArchivePolicy.TimeoutSeconds's default.
+const DefaultArchiveTimeoutSeconds = 60
+
+// Archiving says whether the policy archives the write-ahead log.
+func (p *BackupPolicy) Archiving() bool {
+	return p != nil && p.Archive != nil && p.Archive.Enabled
 }
 
 // BackupRetention bounds the completed backups kept at the target. Old

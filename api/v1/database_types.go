@@ -51,6 +51,7 @@ type NetworkSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version || (oldSelf.version == '10.11' && self.version in ['11.4', '11.8']) || (oldSelf.version == '11.4' && self.version == '11.8')",message="MariaDB version cannot be downgraded: its data files are not backward compatible",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap only applies when a Database is created and cannot be added, changed or removed; restore into a new Database instead",fieldPath=.bootstrap
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.mode) || self.replication.mode != 'Synchronous' || ((has(self.replicas) ? self.replicas : 1) > (has(self.replication.synchronousReplicas) ? self.replication.synchronousReplicas : 1))",message="synchronous replication waits for replication.synchronousReplicas (default 1) replicas per commit, so replicas must be above it: add replicas, lower synchronousReplicas, or set replication.mode Asynchronous first",fieldPath=.replication
+// +kubebuilder:validation:XValidation:rule="self.engine == 'postgresql' || !has(self.backup) || !has(self.backup.archive) || !self.backup.archive.enabled",message="continuous archiving (backup.archive) is built for PostgreSQL only so far: binary log archiving for MySQL and MariaDB is not available yet",fieldPath=.backup.archive
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(self.replication) || !has(self.replication.synchronousReplicas) || self.replication.synchronousReplicas == 1",message="MariaDB semi-synchronous replication acknowledges after one replica: replication.synchronousReplicas must be 1",fieldPath=.replication.synchronousReplicas
 type DatabaseSpec struct {
 	// Engine is the database server: postgresql, mysql or mariadb. It cannot
@@ -291,6 +292,21 @@ const (
 	// message names the pod, the container, the reason, the exit code, the
 	// restart count and the probable cause read from its last log lines.
 	ConditionInstancesHealthy = "InstancesHealthy"
+	// ConditionContinuousArchiving, with spec.backup.archive, is True while
+	// the primary archives its WAL, False when its last attempt failed (the
+	// primary then keeps every WAL file from the failed one on, and its
+	// volume fills), Unknown before the first segment or when the primary
+	// cannot be read; absent without archiving.
+	ConditionContinuousArchiving = "ContinuousArchiving"
+)
+
+// Reasons of the ContinuousArchiving condition.
+const (
+	ReasonWALArchived         = "WALArchived"
+	ReasonArchivingFailing    = "ArchivingFailing"
+	ReasonArchivingNotStarted = "ArchivingNotStarted"
+	ReasonNothingArchivedYet  = "NothingArchivedYet"
+	ReasonArchiverUnreadable  = "ArchiverUnreadable"
 )
 
 // Reasons of the Ready, Progressing and Degraded conditions. A failed

@@ -164,6 +164,7 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"Roles", r.reconcileRoles, false},
 		{"Accounts", r.reconcileAccounts, false},
 		{"Parameters", r.reconcileParameters, false},
+		{"Archive", r.observeArchive, false},
 		// Last: it reports what the phases before left.
 		{"Instances", r.observeInstances, false},
 	} {

@@ -24,6 +24,7 @@ type OperatorMetrics struct {
 	instances        *prometheus.GaugeVec
 	failing          *prometheus.GaugeVec
 	replication      *prometheus.GaugeVec
+	archiving        *prometheus.GaugeVec
 	databases        *prometheus.GaugeVec
 	backupInterval   *prometheus.GaugeVec
 
@@ -54,6 +55,8 @@ func NewOperatorMetrics(reg prometheus.Registerer) (*OperatorMetrics, error) {
 			Help: "1 for an instance whose pod does not run, with the reason and the probable cause (status.instances[].failure)."}, append(db, "pod", "reason", "cause")),
 		replication: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_replication_healthy",
 			Help: "1 when the ReplicationHealthy condition is True, 0 when False (absent while Unknown)."}, db),
+		archiving: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_wal_archiving_healthy",
+			Help: "With spec.backup.archive: 1 when the ContinuousArchiving condition is True, 0 when False (the primary's last archive attempt failed; absent while Unknown)."}, db),
 		databases: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_databases",
 			Help: "Databases by phase."}, []string{"namespace", "phase"}),
 		backupInterval: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_backup_schedule_interval_seconds",
@@ -63,7 +66,7 @@ func NewOperatorMetrics(reg prometheus.Registerer) (*OperatorMetrics, error) {
 	var errs []error
 	registerAll(reg, &errs, &m.failovers, &m.switchovers, &m.fences)
 	registerAll(reg, &errs, &m.failoverDuration, &m.phaseDuration)
-	registerAll(reg, &errs, &m.instances, &m.failing, &m.replication, &m.databases, &m.backupInterval)
+	registerAll(reg, &errs, &m.instances, &m.failing, &m.replication, &m.archiving, &m.databases, &m.backupInterval)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("registering the operator metrics: %w", err)
 	}
@@ -127,9 +130,16 @@ func (m *OperatorMetrics) observe(db *dbv1.Database, st *dbv1.DatabaseStatus) {
 		m.instances.WithLabelValues(ns, name, role).Set(float64(n))
 	}
 	m.replication.Delete(l)
+	m.archiving.Delete(l)
 	for _, c := range st.Conditions {
-		if c.Type == dbv1.ConditionReplicationHealthy && c.Status != "Unknown" {
+		if c.Status == "Unknown" {
+			continue
+		}
+		switch c.Type {
+		case dbv1.ConditionReplicationHealthy:
 			m.replication.With(l).Set(map[bool]float64{true: 1, false: 0}[c.Status == "True"])
+		case dbv1.ConditionContinuousArchiving:
+			m.archiving.With(l).Set(map[bool]float64{true: 1, false: 0}[c.Status == "True"])
 		}
 	}
 	m.backupInterval.Delete(l)
@@ -168,7 +178,7 @@ func (m *OperatorMetrics) forget(namespace, name string) {
 	l := prometheus.Labels{"namespace": namespace, "database": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.failovers.MetricVec, m.switchovers.MetricVec, m.failoverDuration.MetricVec, m.fences.MetricVec,
-		m.instances.MetricVec, m.failing.MetricVec, m.replication.MetricVec, m.backupInterval.MetricVec,
+		m.instances.MetricVec, m.failing.MetricVec, m.replication.MetricVec, m.archiving.MetricVec, m.backupInterval.MetricVec,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -74,6 +74,10 @@ type observed struct {
 	instancesObserved bool
 	replication       replicationHealth
 
+	// archive is the ContinuousArchiving condition the Archive phase saw
+	// (nil: it did not run).
+	archive *archiveState
+
 	failedPhase string // the first reconcile phase that failed, if any
 	err         error  // what it and any later failing phase failed with
 }
@@ -154,6 +158,7 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
 	}
 	backupStatus(&st, db, obs)
+	setArchiveCondition(&st, db, obs)
 	setProgressingCondition(&st, in)
 	setDegradedCondition(&st, in)
 	st.Phase = phaseOf(in)

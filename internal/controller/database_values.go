@@ -146,6 +146,7 @@ func chartValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 		},
 		"parameters":        all,
 		"restartParameters": restart,
+		"archive":           archiveValues(db),
 	}
 }
 

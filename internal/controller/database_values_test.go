@@ -44,6 +44,7 @@ func TestChartValues(t *testing.T) {
 			"agent": map[string]any{"leaseDuration": "15s"}, "terminationGracePeriodSeconds": int64(60), "podManagementPolicy": "OrderedReady",
 			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
 			"parameters":  map[string]any{}, "restartParameters": map[string]any{},
+			"archive":     map[string]any{"enabled": false},
 		}
 	}
 	tests := []struct {
@@ -134,6 +135,55 @@ func TestChartValues(t *testing.T) {
 				m["parameters"] = map[string]any{"max_connections": "300", "innodb_autoinc_lock_mode": "2"}
 				m["restartParameters"] = map[string]any{"innodb_autoinc_lock_mode": "2"}
 			},
+		},
+		{
+			name: "archiving to the default volume target: the claim mounted, the agent's binary pushes each segment under the Database's UID",
+			db: newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+			}),
+			want: func(m map[string]any) {
+				m["archive"] = map[string]any{
+					"enabled": true, "timeoutSeconds": int64(60),
+					"command": "/agent/manager wal-push --dir=/backups --prefix=shop/orders/_wal/uid-1 %p",
+					"env":     []any{},
+					"volumes": []any{map[string]any{"name": "backups", "persistentVolumeClaim": map[string]any{"claimName": "orders-backups"}}},
+					"mounts":  []any{map[string]any{"name": "backups", "mountPath": "/backups"}},
+				}
+			},
+		},
+		{
+			name: "archiving to S3: credentials from the Secret, the CA mounted, a word with a space quoted for sh",
+			db: newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+				db.Spec.Backup = &dbv1.BackupPolicy{
+					Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To[int32](300)},
+					Target: dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.test", Bucket: "b", Prefix: "team a",
+						CredentialsSecret: dbv1.S3Credentials{Name: "s3-keys"}, CASecret: &dbv1.SecretKeyRef{Name: "s3-ca"}}},
+				}
+			}),
+			want: func(m map[string]any) {
+				archive := chartValues(newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+					db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To[int32](300)},
+						Target: dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.test", Bucket: "b", Prefix: "team a",
+							CredentialsSecret: dbv1.S3Credentials{Name: "s3-keys"}, CASecret: &dbv1.SecretKeyRef{Name: "s3-ca"}}}}
+				}), ValueOptions{})["archive"].(map[string]any)
+				if got, want := archive["command"], "/agent/manager wal-push --s3-endpoint=https://s3.test --s3-bucket=b '--s3-prefix=team a' --s3-ca-file=/etc/database-operator/s3-ca/ca.crt --prefix=shop/orders/_wal/uid-1 %p"; got != want {
+					t.Errorf("archive_command %q, want %q", got, want)
+				}
+				if env := archive["env"].([]any); len(env) != 2 {
+					t.Errorf("env %v, want the two S3 keys from s3-keys", env)
+				}
+				if archive["timeoutSeconds"] != int64(300) || archive["egressPort"] != int64(443) || len(archive["volumes"].([]any)) != 1 || len(archive["mounts"].([]any)) != 1 {
+					t.Errorf("archive values %v", archive)
+				}
+				m["archive"] = archive
+			},
+		},
+		{
+			name: "archiving asked of MariaDB (the API refuses it) renders nothing",
+			db: newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+				db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+			}),
+			want: func(map[string]any) {},
 		},
 		{
 			name: "a small volume keeps at least 64 MB of WAL for a replica",

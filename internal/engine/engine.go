@@ -187,6 +187,10 @@ type Instance interface {
 	// ok is false when this server is still on tli. MySQL and MariaDB
 	// have no timelines (GTID sets show divergence): ErrNoTimelines.
 	ForkPoint(ctx context.Context, tli uint32) (fork Position, ok bool, err error)
+	// Archiver reports continuous archiving on a primary (PostgreSQL's
+	// pg_stat_archiver, counted since the server started). MySQL and
+	// MariaDB: ErrNoArchiver.
+	Archiver(ctx context.Context) (Archiver, error)
 	// KeepSlots keeps, on a PostgreSQL primary, one physical replication
 	// slot per name (SlotName of each other instance): it creates those
 	// missing, drops those whose names start with prefix that are not
@@ -237,6 +241,29 @@ func TooManyConnections(err error) bool {
 	var my *mysql.MySQLError
 	return errors.As(err, &pg) && pg.Code == "53300" || errors.As(err, &my) && my.Number == 1040
 }
+
+// Archiver is what a server's WAL archiver did since the server started.
+type Archiver struct {
+	// Mode is archive_mode (off, on, always): off until the server
+	// restarted with archiving configured.
+	Mode           string
+	Archived       int64
+	LastArchived   string // the file's name
+	LastArchivedAt time.Time
+	Failed         int64
+	LastFailed     string
+	LastFailedAt   time.Time
+}
+
+// Failing says whether the last attempt failed: the archiver retries the
+// failed file, and the server keeps every WAL file from it on.
+func (a Archiver) Failing() bool {
+	return a.Failed > 0 && a.LastFailedAt.After(a.LastArchivedAt)
+}
+
+// ErrNoArchiver means the engine has no WAL archiver (MySQL, MariaDB: their
+// binary log archiving is not built yet).
+var ErrNoArchiver = errors.New("the engine has no WAL archiver")
 
 // ErrNoTimelines means the engine keeps no timeline history (MySQL, MariaDB).
 var ErrNoTimelines = errors.New("the engine has no timelines")

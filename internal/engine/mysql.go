@@ -685,3 +685,5 @@ func (m *mysqlFamily) ApplyParameters(ctx context.Context, want map[string]strin
 	}
 	return changed, nil
 }
+
+func (m *mysqlFamily) Archiver(context.Context) (Archiver, error) { return Archiver{}, ErrNoArchiver }

@@ -711,3 +711,26 @@ func (p *postgres) alterSystem(ctx context.Context, want map[string]string) ([]s
 	}
 	return changed, nil
 }
+
+func (p *postgres) Archiver(ctx context.Context) (Archiver, error) {
+	var a Archiver
+	var lastArchived, lastFailed *string
+	var lastArchivedAt, lastFailedAt *time.Time
+	if err := p.conn.QueryRow(ctx, `SELECT current_setting('archive_mode'), archived_count, last_archived_wal, last_archived_time, failed_count, last_failed_wal, last_failed_time FROM pg_stat_archiver`).
+		Scan(&a.Mode, &a.Archived, &lastArchived, &lastArchivedAt, &a.Failed, &lastFailed, &lastFailedAt); err != nil {
+		return Archiver{}, fmt.Errorf("PostgreSQL %s: reading pg_stat_archiver: %w", p.ep, err)
+	}
+	if lastArchived != nil {
+		a.LastArchived = *lastArchived
+	}
+	if lastArchivedAt != nil {
+		a.LastArchivedAt = *lastArchivedAt
+	}
+	if lastFailed != nil {
+		a.LastFailed = *lastFailed
+	}
+	if lastFailedAt != nil {
+		a.LastFailedAt = *lastFailedAt
+	}
+	return a, nil
+}

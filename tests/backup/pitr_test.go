@@ -217,6 +217,52 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		t.Fatalf("archive entries: %v (%v)", entries, err)
 	}
 
+	if a, err := src.Instance(t).Archiver(ctx); err != nil || a.Mode != "on" || a.Archived < 2 || a.Failing() || a.LastArchived != last {
+		t.Errorf("the archiver's report: %+v (%v), want archive_mode on and %s the last archived", a, err, last)
+	}
+
+	// The target refuses writes for a while (the directory read-only to
+	// the server's account): the server reports the failure and keeps
+	// the segment; once the target takes writes again it is archived,
+	// and the archive has every segment, none missing.
+	t.Run("the target down for a while", func(t *testing.T) {
+		walDir := filepath.Join(archiveDir, "shop/orders/wal")
+		if err := os.Chmod(walDir, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		pgExec(t, ctx, src, "postgres", "INSERT INTO events (at) VALUES (clock_timestamp())")
+		c := pgConn(t, ctx, src, "postgres")
+		defer c.Close(ctx)
+		var pending string
+		if err := c.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		inst := src.Instance(t)
+		waitFor(t, ctx, func() bool { a, err := inst.Archiver(ctx); return err == nil && a.Failing() && a.LastFailed == pending })
+		if err := os.Chmod(walDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, func() bool { a, err := inst.Archiver(ctx); return err == nil && !a.Failing() && a.LastArchived == pending })
+		entries, err := wal.Archive{Store: storage.NewDir(archiveDir), Prefix: "shop/orders/wal"}.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var segments []string
+		for _, e := range entries {
+			if len(e.Name) == 24 {
+				segments = append(segments, e.Name)
+			}
+		}
+		for i := 1; i < len(segments); i++ {
+			if next := fmt.Sprintf("%s%016X", segments[i-1][:8], mustHex(t, segments[i-1][8:])+1); segments[i] != next {
+				t.Errorf("the archive skips from %s to %s", segments[i-1], segments[i])
+			}
+		}
+		if segments[len(segments)-1] != pending {
+			t.Errorf("archived segments %v end before %s", segments, pending)
+		}
+	})
+
 	settings := []string{restore, "recovery_target_time = '" + target.UTC().Format("2006-01-02 15:04:05.999999-07") + "'", "recovery_target_action = 'promote'"}
 	t.Run("restored to T", func(t *testing.T) {
 		restored := testservers.PostgresOnData(t, "restored-0", base, true, testservers.PostgresOptions{Settings: settings})
@@ -280,6 +326,17 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 			t.Errorf("the recovery did not stop short of T with an error:\n%s", log)
 		}
 	})
+}
+
+// mustHex parses a WAL file name's log and segment numbers as one number
+// (right while the segment number stays below 0xFF, as in these tests).
+func mustHex(t *testing.T, s string) uint64 {
+	t.Helper()
+	var n uint64
+	if _, err := fmt.Sscanf(s, "%016X", &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func waitPromoted(t *testing.T, ctx context.Context, p *testservers.Postgres) {

@@ -225,3 +225,12 @@ func checksumFile(file string) (string, int64, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
+
+// Prefix is where a Database's WAL archive lives in its backup target:
+// beside its backups, under a name no Backup can have (Backup names are
+// DNS subdomains: no "_"), and apart for each incarnation of the Database
+// (its UID): a Database created again under the same name starts its
+// timelines again, and would find the old one's files under the same names.
+func Prefix(namespace, database, uid string) string {
+	return path.Join(namespace, database, "_wal", uid)
+}

@@ -24,6 +24,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=example.com, Version=v1
+	case v1.SchemeGroupVersion.WithKind("ArchivePolicy"):
+		return &apiv1.ArchivePolicyApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Backup"):
 		return &apiv1.BackupApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("BackupPolicy"):

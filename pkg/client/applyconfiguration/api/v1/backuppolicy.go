@@ -26,6 +26,14 @@ type BackupPolicyApplyConfiguration struct {
 	// DeadlineSeconds bounds how long one backup may run before it is
 	// stopped and reported failed. Default 3600.
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
+	// Archive turns on continuous archiving of the write-ahead log to the
+	// target (PostgreSQL; MySQL and MariaDB binary log archiving is not
+	// built yet): every completed WAL segment is copied there with its
+	// checksum by the primary's own server, the base of point-in-time
+	// recovery. A volume target's claim is mounted in every instance's pod:
+	// with more than one instance it must be ReadWriteMany (or the pods
+	// share a node).
+	Archive *ArchivePolicyApplyConfiguration `json:"archive,omitempty"`
 }
 
 // BackupPolicyApplyConfiguration constructs a declarative configuration of the BackupPolicy type for use with
@@ -71,5 +79,13 @@ func (b *BackupPolicyApplyConfiguration) WithRetention(value *BackupRetentionApp
 // If called multiple times, the DeadlineSeconds field is set to the value of the last call.
 func (b *BackupPolicyApplyConfiguration) WithDeadlineSeconds(value int64) *BackupPolicyApplyConfiguration {
 	b.DeadlineSeconds = &value
+	return b
+}
+
+// WithArchive sets the Archive field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Archive field is set to the value of the last call.
+func (b *BackupPolicyApplyConfiguration) WithArchive(value *ArchivePolicyApplyConfiguration) *BackupPolicyApplyConfiguration {
+	b.Archive = value
 	return b
 }

@@ -1,0 +1,187 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/wal"
+)
+
+// agentBinary is the operator's binary in a database pod (the agent's
+// init container copies it there): PostgreSQL's archive_command runs it.
+const agentBinary = "/agent/manager"
+
+// archiveValues are the chart's archive values: PostgreSQL's
+// archive_command pushing each completed WAL segment to the Database's
+// backup target (wal-push with the flags a backup Job gets), and what the
+// database container needs for that target (S3 credentials, the backup
+// claim, the S3 endpoint's CA).
+func archiveValues(db *dbv1.Database) map[string]any {
+	if db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+		return map[string]any{"enabled": false}
+	}
+	tp := targetForPod(db.Spec.Backup.Target, db)
+	args := append([]string{agentBinary, "wal-push"}, tp.args...)
+	args = append(args, "--prefix="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+	timeout := int64(dbv1.DefaultArchiveTimeoutSeconds)
+	if t := db.Spec.Backup.Archive.TimeoutSeconds; t != nil {
+		timeout = int64(*t)
+	}
+	values := map[string]any{
+		"enabled":        true,
+		"command":        shellJoin(args) + " %p",
+		"timeoutSeconds": timeout,
+		"env":            toValues(tp.env),
+		"volumes":        toValues(tp.volumes),
+		"mounts":         toValues(tp.mounts),
+	}
+	if s3 := db.Spec.Backup.Target.S3; s3 != nil {
+		// The primary's server reaches the endpoint itself: the network
+		// policy lets it out on the endpoint's port.
+		values["egressPort"] = s3Port(s3.Endpoint)
+	}
+	return values
+}
+
+// s3Port is the TCP port of an S3 endpoint (URL or host[:port]; HTTPS
+// unless it says http://).
+func s3Port(endpoint string) int64 {
+	rest := endpoint
+	port := int64(443)
+	if scheme, after, ok := strings.Cut(endpoint, "://"); ok {
+		rest = after
+		if strings.EqualFold(scheme, "http") {
+			port = 80
+		}
+	}
+	hostport, _, _ := strings.Cut(rest, "/")
+	if _, p, err := net.SplitHostPort(hostport); err == nil {
+		if n, err := strconv.ParseInt(p, 10, 32); err == nil {
+			return n
+		}
+	}
+	return port
+}
+
+// shellWord is a word sh takes as it is.
+var shellWord = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+
+// shellJoin joins words into a command line for sh, quoting those that
+// need it.
+func shellJoin(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if shellWord.MatchString(w) {
+			out[i] = w
+			continue
+		}
+		out[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return strings.Join(out, " ")
+}
+
+// toValues turns API objects into the plain maps chart values hold.
+func toValues[T any](objs []T) []any {
+	out := make([]any, 0, len(objs))
+	for i := range objs {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&objs[i])
+		if err != nil {
+			panic(fmt.Sprintf("converting %T: %v", objs[i], err)) // API types always convert
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// archiveCheckInterval is how often the primary's archiver is read when
+// nothing else brings a reconcile: a target can fail with nothing in the
+// cluster changing.
+const archiveCheckInterval = 30 * time.Second
+
+// archiveState is the ContinuousArchiving condition the Archive phase saw.
+type archiveState struct {
+	status          metav1.ConditionStatus
+	reason, message string
+}
+
+// observeArchive reads the primary's WAL archiver (with spec.backup.archive)
+// for the ContinuousArchiving condition, and says in an Event when
+// archiving starts failing and when it recovers: a failing archive is
+// never silent (the primary keeps the WAL it could not archive, and its
+// volume fills).
+func (r *DatabaseReconciler) observeArchive(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	if r.Instances == nil || db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+		return nil
+	}
+	obs.requeueWithin(archiveCheckInterval)
+	obs.archive = r.readArchiver(ctx, db, obs)
+	was := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionContinuousArchiving)
+	switch {
+	case obs.archive.status == metav1.ConditionFalse && (was == nil || was.Status != metav1.ConditionFalse):
+		r.event(db, corev1.EventTypeWarning, "ArchivingFailed", "Archive", "%s", obs.archive.message)
+	case obs.archive.status == metav1.ConditionTrue && was != nil && was.Status == metav1.ConditionFalse:
+		r.event(db, corev1.EventTypeNormal, "ArchivingResumed", "Archive", "%s", obs.archive.message)
+	}
+	return nil
+}
+
+func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database, obs *observed) *archiveState {
+	primary := primaryName(db, obs)
+	unknown := func(reason, format string, args ...any) *archiveState {
+		return &archiveState{status: metav1.ConditionUnknown, reason: reason, message: fmt.Sprintf(format, args...)}
+	}
+	var pod *corev1.Pod
+	for i := range obs.pods {
+		if obs.pods[i].Name == primary {
+			pod = &obs.pods[i]
+		}
+	}
+	if primary == "" || pod == nil || !podStarted(pod) {
+		return unknown(dbv1.ReasonArchiverUnreadable, "the primary %q does not run: its archiver cannot be read", primary)
+	}
+	inst, err := obs.instances.get(ctx, pod)
+	if err != nil {
+		return unknown(dbv1.ReasonArchiverUnreadable, "reading %s's archiver: %v", primary, err)
+	}
+	a, err := inst.Archiver(ctx)
+	switch {
+	case err != nil:
+		return unknown(dbv1.ReasonArchiverUnreadable, "reading %s's archiver: %v", primary, err)
+	case a.Mode == "off":
+		return unknown(dbv1.ReasonArchivingNotStarted, "%s runs without archive_mode yet: it starts archiving once restarted with it (the pods roll)", primary)
+	case a.Failing():
+		last := "nothing archived since it started"
+		if a.Archived > 0 {
+			last = fmt.Sprintf("last archived %s at %s", a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339))
+		}
+		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, message: fmt.Sprintf(
+			"%s fails to archive %s (last attempt %s, %d failures since it started; %s): it keeps every WAL file from it on until the target takes them, and its volume fills; "+
+				"the reason is in its log (wal-push)", primary, a.LastFailed, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, last)}
+	case a.Archived == 0:
+		return unknown(dbv1.ReasonNothingArchivedYet, "%s has completed no WAL segment since it started (one closes when full, or archive_timeout after a write)", primary)
+	}
+	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, message: fmt.Sprintf(
+		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
+}
+
+// setArchiveCondition sets ContinuousArchiving from what the Archive phase
+// saw, and removes it without archiving.
+func setArchiveCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed) {
+	switch {
+	case db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving():
+		meta.RemoveStatusCondition(&st.Conditions, dbv1.ConditionContinuousArchiving)
+	case obs.archive != nil:
+		setCondition(st, db, dbv1.ConditionContinuousArchiving, obs.archive.status, obs.archive.reason, obs.archive.message)
+	}
+}

@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/engine"
+)
+
+func TestS3Port(t *testing.T) {
+	for ep, want := range map[string]int64{
+		"https://s3.example.com": 443, "http://minio:9000": 9000, "http://minio": 80, "s3.example.com:8443": 8443,
+		"s3.example.com": 443, "https://[::1]:9443/": 9443,
+	} {
+		if got := s3Port(ep); got != want {
+			t.Errorf("s3Port(%q) = %d, want %d", ep, got, want)
+		}
+	}
+}
+
+// TestArchiveInTheChart: with spec.backup.archive the primary's server
+// archives through the agent's binary (archive_mode, archive_command,
+// archive_timeout), its container gets the target's credentials and
+// volumes, and the network policy lets it reach the S3 endpoint's port.
+func TestArchiveInTheChart(t *testing.T) {
+	r := loadChart(t)
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true},
+			Target: dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "http://minio.test:9000", Bucket: "wal", AllowInsecureHTTP: true,
+				CredentialsSecret: dbv1.S3Credentials{Name: "s3-keys"}}}}
+	})
+	objs, err := desiredObjects(r, db, ValueOptions{OperatorImage: testOperatorImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := byKindName(objs)
+	data, _, _ := unstructured.NestedStringMap(m["ConfigMap/orders-config"].Object, "data")
+	for _, line := range []string{"archive_mode = on\n", "archive_command = '/agent/manager wal-push --s3-endpoint=http://minio.test:9000 --s3-bucket=wal --prefix=shop/orders/_wal/uid-1 %p'\n", "archive_timeout = 60\n"} {
+		if !strings.Contains(data["postgresql.conf"], line) {
+			t.Errorf("postgresql.conf lacks %q:\n%s", line, data["postgresql.conf"])
+		}
+	}
+	containers, _, _ := unstructured.NestedSlice(m["StatefulSet/orders"].Object, "spec", "template", "spec", "containers")
+	var envNames []string
+	for _, c := range containers {
+		c := c.(map[string]any)
+		if c["name"] != "database" {
+			continue
+		}
+		for _, e := range c["env"].([]any) {
+			envNames = append(envNames, e.(map[string]any)["name"].(string))
+		}
+	}
+	if got := strings.Join(envNames, ","); !strings.Contains(got, "AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("the database container's environment %s lacks the S3 keys", got)
+	}
+	egress, _, _ := unstructured.NestedSlice(m["NetworkPolicy/orders"].Object, "spec", "egress")
+	open := false
+	for _, rule := range egress {
+		for _, p := range rule.(map[string]any)["ports"].([]any) {
+			if p.(map[string]any)["port"] == int64(9000) {
+				open = true
+			}
+		}
+	}
+	if !open {
+		t.Errorf("the network policy does not let the servers reach the S3 endpoint's port 9000: %v", egress)
+	}
+
+	// Without archiving: none of it.
+	objs, err = desiredObjects(r, newDB(dbv1.EnginePostgreSQL), ValueOptions{OperatorImage: testOperatorImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, _ = unstructured.NestedStringMap(byKindName(objs)["ConfigMap/orders-config"].Object, "data")
+	if strings.Contains(data["postgresql.conf"], "archive_") {
+		t.Errorf("archiving configured without spec.backup.archive:\n%s", data["postgresql.conf"])
+	}
+}
+
+// archiverInstance is a primary whose archiver says what the test sets.
+type archiverInstance struct {
+	statusInstance
+	a   *engine.Archiver
+	err error
+}
+
+func (i archiverInstance) Archiver(context.Context) (engine.Archiver, error) { return *i.a, i.err }
+
+// TestContinuousArchivingCondition: the condition follows the primary's
+// archiver, and a failure is said in a Warning Event once when it starts,
+// a recovery in a Normal one; without archiving there is no condition.
+func TestContinuousArchivingCondition(t *testing.T) {
+	ctx := context.Background()
+	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Replicas = 2
+		db.Status.CurrentPrimary = "orders-0"
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+	})
+	objs := readyPods(db)
+	for _, o := range objs {
+		o.(*corev1.Pod).Status.ContainerStatuses = []corev1.ContainerStatus{{Name: databaseContainerName, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	}
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: db.Name + "-credentials"}, Data: map[string][]byte{
+		corev1.BasicAuthUsernameKey: []byte("postgres"), corev1.BasicAuthPasswordKey: []byte("secret")}}
+	r, _ := newFakeReconciler(t, new(int), append([]client.Object{db, creds}, objs...)...)
+	arch := &engine.Archiver{}
+	r.Instances = &InstanceConnector{
+		Client: r.Client,
+		Resolve: func(_ context.Context, pod *corev1.Pod, port int) (engine.Endpoint, error) {
+			return engine.Endpoint{Host: pod.Name, Port: port}, nil
+		},
+		Open: func(context.Context, dbv1.Engine, engine.Endpoint, engine.Credentials, engine.Options) (engine.Instance, error) {
+			return archiverInstance{a: arch}, nil
+		},
+	}
+	t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	step := func(a engine.Archiver) (*metav1.Condition, []string) {
+		*arch = a
+		obs := &observed{instances: newInstanceSet(r.Instances, db)}
+		defer obs.instances.close()
+		for _, o := range objs {
+			obs.pods = append(obs.pods, *o.(*corev1.Pod))
+		}
+		if err := r.observeArchive(ctx, db, obs); err != nil {
+			t.Fatal(err)
+		}
+		db.Status = computeStatus(db, obs)
+		var got []string
+		for rec := r.Recorder.(*events.FakeRecorder); len(rec.Events) > 0; {
+			got = append(got, <-rec.Events)
+		}
+		return meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionContinuousArchiving), got
+	}
+	for _, tc := range []struct {
+		name    string
+		a       engine.Archiver
+		status  metav1.ConditionStatus
+		reason  string
+		message string
+		event   string
+	}{
+		{"not restarted with archive_mode yet", engine.Archiver{Mode: "off"}, metav1.ConditionUnknown, dbv1.ReasonArchivingNotStarted, "without archive_mode", ""},
+		{"nothing archived yet", engine.Archiver{Mode: "on"}, metav1.ConditionUnknown, dbv1.ReasonNothingArchivedYet, "no WAL segment", ""},
+		{"archiving", engine.Archiver{Mode: "on", Archived: 3, LastArchived: "000000010000000000000003", LastArchivedAt: t0},
+			metav1.ConditionTrue, dbv1.ReasonWALArchived, "orders-0 archived 000000010000000000000003", ""},
+		{"the target fails", engine.Archiver{Mode: "on", Archived: 3, LastArchived: "000000010000000000000003", LastArchivedAt: t0,
+			Failed: 1, LastFailed: "000000010000000000000004", LastFailedAt: t0.Add(time.Minute)},
+			metav1.ConditionFalse, dbv1.ReasonArchivingFailing, "fails to archive 000000010000000000000004", "Warning ArchivingFailed"},
+		{"it goes on failing: no second Event", engine.Archiver{Mode: "on", Archived: 3, LastArchived: "000000010000000000000003", LastArchivedAt: t0,
+			Failed: 7, LastFailed: "000000010000000000000004", LastFailedAt: t0.Add(2 * time.Minute)},
+			metav1.ConditionFalse, dbv1.ReasonArchivingFailing, "7 failures", ""},
+		{"the target is back", engine.Archiver{Mode: "on", Archived: 5, LastArchived: "000000010000000000000005", LastArchivedAt: t0.Add(3 * time.Minute),
+			Failed: 7, LastFailed: "000000010000000000000004", LastFailedAt: t0.Add(2 * time.Minute)},
+			metav1.ConditionTrue, dbv1.ReasonWALArchived, "000000010000000000000005", "Normal ArchivingResumed"},
+	} {
+		c, events := step(tc.a)
+		if c == nil || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.message) {
+			t.Errorf("%s: condition %+v, want %s %s holding %q", tc.name, c, tc.status, tc.reason, tc.message)
+		}
+		switch {
+		case tc.event == "" && len(events) > 0:
+			t.Errorf("%s: Events %q, want none", tc.name, events)
+		case tc.event != "" && (len(events) != 1 || !strings.HasPrefix(events[0], tc.event)):
+			t.Errorf("%s: Events %q, want %s", tc.name, events, tc.event)
+		}
+	}
+	db.Spec.Backup.Archive.Enabled = false
+	if c, _ := step(engine.Archiver{}); c != nil {
+		t.Errorf("archiving turned off: the condition %+v stays", c)
+	}
+}
