@@ -54,6 +54,10 @@ type S3Server struct {
 	Bucket string
 
 	client *minio.Client
+	// what Restart starts again
+	bin  string
+	args []string
+	env  []string
 }
 
 type s3Options struct {
@@ -117,7 +121,9 @@ func StartS3(t testing.TB, opts ...S3Option) *S3Server {
 	s.Endpoint = scheme + "://" + s.Host
 	args = append(args, "posix", s.DataDir)
 	// The keys go through the environment, not the command line (ps shows that).
-	s.start(t, nil, []string{"ROOT_ACCESS_KEY_ID=" + s.AccessKey, "ROOT_SECRET_ACCESS_KEY=" + s.SecretKey}, bin, args...)
+	s.bin, s.args = bin, args
+	s.env = []string{"ROOT_ACCESS_KEY_ID=" + s.AccessKey, "ROOT_SECRET_ACCESS_KEY=" + s.SecretKey}
+	s.start(t, nil, s.env, bin, args...)
 	t.Cleanup(s.Stop)
 
 	c, err := minio.New(s.Host, &minio.Options{
@@ -132,17 +138,30 @@ func StartS3(t testing.TB, opts ...S3Option) *S3Server {
 		t.Fatal(err)
 	}
 	s.client = c
-	waitUntil(t, &s.server, "versitygw", 30*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err := c.ListBuckets(ctx)
-		return err
-	})
+	s.waitServing(t)
 	if o.bucket != "" {
 		s.MakeBucket(t, o.bucket)
 		s.Bucket = o.bucket
 	}
 	return s
+}
+
+func (s *S3Server) waitServing(t testing.TB) {
+	t.Helper()
+	waitUntil(t, &s.server, "versitygw", 30*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := s.client.ListBuckets(ctx)
+		return err
+	})
+}
+
+// Restart starts a stopped server again on the same address, keys and
+// data: a target that was down for a while and is back.
+func (s *S3Server) Restart(t testing.TB) {
+	t.Helper()
+	s.start(t, nil, s.env, s.bin, s.args...)
+	s.waitServing(t)
 }
 
 // MakeBucket creates a bucket, failing the test on error.
