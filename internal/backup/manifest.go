@@ -10,6 +10,8 @@
 //	db-0001.dump    PostgreSQL: one pg_dump custom-format file per database
 //	users.sql       MariaDB: accounts, roles and grants (mariadb-dump --system=users)
 //	dump.sql        MySQL/MariaDB: one consistent dump of every user schema
+//	base.tar        PostgreSQL physical backup: the data directory as
+//	                pg_basebackup streams it, with the WAL it needs
 package backup
 
 import (
@@ -43,10 +45,17 @@ type Manifest struct {
 	DatabaseUID string `json:"databaseUID,omitempty"`
 	Backup      string `json:"backup"`
 	Instance    string `json:"instance,omitempty"`
+	// Method is how the backup was taken: logical (dumps; "" in manifests
+	// written before physical backups existed) or physical (the data
+	// directory).
+	Method string `json:"method,omitempty"`
 	// Position is the engine's position the backup is consistent with (at
 	// least): a PostgreSQL WAL location, a MySQL/MariaDB GTID set.
-	Position  string    `json:"position,omitempty"`
-	StartedAt time.Time `json:"startedAt"`
+	Position string `json:"position,omitempty"`
+	// EndPosition, for a physical backup, is the instance's position once
+	// the copy ended: a recovery from it is consistent from there on.
+	EndPosition string    `json:"endPosition,omitempty"`
+	StartedAt   time.Time `json:"startedAt"`
 	// CompletedAt is when the last file was written.
 	CompletedAt time.Time `json:"completedAt"`
 	Files       []File    `json:"files"`
@@ -70,6 +79,14 @@ const (
 	KindSQL     = "sql"
 	// KindUsers is MariaDB's accounts and grants (mariadb-dump --system=users).
 	KindUsers = "users"
+	// KindBaseBackup is a PostgreSQL data directory (pg_basebackup, tar).
+	KindBaseBackup = "basebackup"
+)
+
+// Backup methods.
+const (
+	MethodLogical  = "logical"
+	MethodPhysical = "physical"
 )
 
 // Size is the backup's total size in bytes.

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/engine"
@@ -63,6 +65,10 @@ func Restore(ctx context.Context, o RestoreOptions) (*Manifest, error) {
 	m, err := ReadManifest(ctx, o.Store, o.Path)
 	if err != nil {
 		return nil, err
+	}
+	if m.Method == MethodPhysical {
+		return nil, fail(ReasonInvalid, "%s is a physical backup (a data directory): it is not loaded into a running server; "+
+			"restoring one into a new Database is not built yet (ExtractPhysical unpacks it for a server to start on)", o.Store.Location(o.Path))
 	}
 	// A MariaDB dump loads into MariaDB, a MySQL dump into MySQL.
 	if m.Engine != o.Server.Engine {
@@ -233,3 +239,94 @@ func withoutAccounts(users []byte, names ...string) []byte {
 
 // String makes an error's reason visible in logs.
 func (e *Error) String() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
+
+// ExtractPhysical unpacks the physical backup at path into dest, which
+// must not exist yet (a server's new data directory): the archive is
+// downloaded into scratch and checked against the manifest first, so a
+// corrupt or incomplete backup is refused before anything is written to
+// dest. A server started on dest with recovery.signal replays the WAL the
+// backup holds, then whatever restore_command gives it.
+func ExtractPhysical(ctx context.Context, store storage.Store, path, scratch, dest string) (*Manifest, error) {
+	m, err := ReadManifest(ctx, store, path)
+	if err != nil {
+		return nil, err
+	}
+	if m.Method != MethodPhysical || len(m.Files) != 1 || m.Files[0].Kind != KindBaseBackup {
+		return nil, fail(ReasonInvalid, "%s is not a physical backup (method %q): it is restored by loading it into a running server", store.Location(path), m.Method)
+	}
+	if _, err := os.Lstat(dest); err == nil {
+		return nil, fail(ReasonNotEmpty, "%s exists: a physical backup is unpacked only into a new data directory, nothing was changed", dest)
+	}
+	local, err := download(ctx, store, path, m.Files[0], scratch)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(local)
+	if err := untar(local, dest); err != nil {
+		return nil, fail(ReasonLoadFailed, "unpacking %s into %s: %w", m.Files[0].Name, dest, err)
+	}
+	return m, nil
+}
+
+// untar unpacks the tar file src into the new directory dest: directories,
+// regular files and symbolic links, with their modes; any name that would
+// land outside dest is refused.
+func untar(src, dest string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := os.Mkdir(dest, 0o700); err != nil {
+		return err
+	}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := filepath.Clean(h.Name)
+		if name == "." {
+			continue
+		}
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			return fmt.Errorf("entry %q lies outside the data directory", h.Name)
+		}
+		target := filepath.Join(dest, name)
+		mode := os.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(target, mode|0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+				return err
+			}
+			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(out, tr); err != nil {
+				out.Close()
+				return err
+			}
+			if err := out.Close(); err != nil {
+				return err
+			}
+		case tar.TypeSymlink:
+			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+				return err
+			}
+			if err := os.Symlink(h.Linkname, target); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q has type %q, which a data directory does not hold", h.Name, string(h.Typeflag))
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package backup_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/tests/utils/testservers"
@@ -180,7 +182,60 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 	pgExec(t, ctx, src, "postgres",
 		"CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL)",
 		"CREATE TABLE doomed (id int)", "INSERT INTO doomed VALUES (1)")
-	base := src.BaseBackup(t)
+	// The base backup: the backup program's physical method (pg_basebackup
+	// streamed to the target with its checksum), unpacked by
+	// ExtractPhysical after it checked the copy against the manifest.
+	backups := storage.NewDir(t.TempDir())
+	m, _, err := backup.Run(ctx, backup.Options{Server: pgServer(src), Store: backups, Namespace: "shop", Database: "orders",
+		Name: "base-1", Method: backup.MethodPhysical})
+	if err != nil {
+		t.Fatalf("physical backup: %v", err)
+	}
+	if m.Method != backup.MethodPhysical || len(m.Files) != 1 || m.Files[0].Kind != backup.KindBaseBackup || m.EndPosition == "" {
+		t.Fatalf("physical backup manifest %+v", m)
+	}
+	base := filepath.Join(t.TempDir(), "base")
+	if _, err := backup.ExtractPhysical(ctx, backups, backup.Path("shop", "orders", "base-1"), t.TempDir(), base); err != nil {
+		t.Fatalf("unpacking the physical backup: %v", err)
+	}
+	// A corrupted copy is refused before anything is unpacked.
+	t.Run("a corrupted base backup is refused", func(t *testing.T) {
+		key := backup.Path("shop", "orders", "base-1") + "/base.tar"
+		r, err := backups.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0xff
+		corrupt := storage.NewDir(t.TempDir())
+		if _, err := corrupt.Put(ctx, key, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		mr, err := backups.Get(ctx, backup.Path("shop", "orders", "base-1")+"/"+backup.ManifestName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := corrupt.Put(ctx, backup.Path("shop", "orders", "base-1")+"/"+backup.ManifestName, mr); err != nil {
+			t.Fatal(err)
+		}
+		mr.Close()
+		dest := filepath.Join(t.TempDir(), "base")
+		_, err = backup.ExtractPhysical(ctx, corrupt, backup.Path("shop", "orders", "base-1"), t.TempDir(), dest)
+		if backup.ReasonOf(err) != backup.ReasonCorrupt {
+			t.Errorf("unpacking a corrupted base backup: %v, want %s", err, backup.ReasonCorrupt)
+		}
+		if _, err := os.Lstat(dest); err == nil {
+			t.Error("a corrupted base backup was unpacked")
+		}
+	})
+	// Logical restores refuse it: it is no dump.
+	if _, err := backup.Restore(ctx, backup.RestoreOptions{Server: pgServer(src), Store: backups, Path: backup.Path("shop", "orders", "base-1"), Scratch: t.TempDir()}); backup.ReasonOf(err) != backup.ReasonInvalid {
+		t.Errorf("loading a physical backup as a dump: %v, want %s", err, backup.ReasonInvalid)
+	}
 	// What follows lies in segments only the archive holds.
 	first := switchAndArchive(t, ctx, src)
 

@@ -274,6 +274,11 @@ func PostgresOnData(t testing.TB, pod, data string, recovery bool, opts Postgres
 	if out, err := exec.Command("cp", "-a", data, p.Data()).CombinedOutput(); err != nil {
 		t.Fatalf("copying %s: %v\n%s", data, err, out)
 	}
+	if p.user != nil {
+		if out, err := exec.Command("chown", "-R", p.user.Uid+":"+p.user.Gid, p.Data()).CombinedOutput(); err != nil {
+			t.Fatalf("giving %s to %s: %v\n%s", p.Data(), p.user.Username, err, out)
+		}
+	}
 	if recovery {
 		signal := filepath.Join(p.Data(), "recovery.signal")
 		if err := os.WriteFile(signal, nil, 0o600); err != nil {
