@@ -44,7 +44,7 @@ func TestChartValues(t *testing.T) {
 			"agent": map[string]any{"leaseDuration": "15s"}, "terminationGracePeriodSeconds": int64(60), "podManagementPolicy": "OrderedReady",
 			"replication": map[string]any{"synchronousReplicas": int64(0), "maxSlotWALKeepSizeMB": int64(2560)},
 			"parameters":  map[string]any{}, "restartParameters": map[string]any{},
-			"archive":     map[string]any{"enabled": false},
+			"archive": map[string]any{"enabled": false},
 		}
 	}
 	tests := []struct {

@@ -297,7 +297,10 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		if err := os.Chmod(walDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, ctx, func() bool { a, err := inst.Archiver(ctx); return err == nil && !a.Failing() && a.LastArchived == pending })
+		waitFor(t, ctx, func() bool {
+			a, err := inst.Archiver(ctx)
+			return err == nil && !a.Failing() && a.LastArchived == pending
+		})
 		entries, err := wal.Archive{Store: storage.NewDir(archiveDir), Prefix: "shop/orders/wal"}.List(ctx)
 		if err != nil {
 			t.Fatal(err)
