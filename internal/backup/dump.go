@@ -134,11 +134,8 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	dir := Path(o.Namespace, o.Database, o.Name)
 	m := &Manifest{Format: FormatVersion, Engine: o.Server.Engine, Namespace: o.Namespace, Database: o.Database,
 		DatabaseUID: o.DatabaseUID, Backup: o.Name, Instance: o.Instance, Method: cmp.Or(o.Method, MethodLogical), StartedAt: now().UTC()}
-	switch {
-	case m.Method != MethodLogical && m.Method != MethodPhysical:
-		return nil, nil, fail(ReasonInvalid, "method %q is neither %s nor %s", m.Method, MethodLogical, MethodPhysical)
-	case m.Method == MethodPhysical && o.Server.Engine != dbv1.EnginePostgreSQL:
-		return nil, nil, fail(ReasonInvalid, "physical backups are built for PostgreSQL only so far (mariadb-backup is not installed here to prove one on MariaDB)")
+	if err := checkMethod(m.Method, o.Server.Engine); err != nil {
+		return nil, nil, err
 	}
 
 	// Never write into another backup's directory: a reused Backup name
@@ -162,11 +159,9 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	}
 	// The position before the dump starts: the dump's snapshot is at least
 	// this far (MySQL/MariaDB dumps record their exact GTID; see below).
-	st, err := inst.Status(ctx)
-	if err != nil {
-		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+	if m.Position, err = position(ctx, inst, o.Server.Engine); err != nil {
+		return nil, nil, err
 	}
-	m.Position = positionString(o.Server.Engine, st.Applied)
 
 	written := func() []string {
 		var keys []string
@@ -202,12 +197,10 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	if m.Method == MethodPhysical {
 		// The copy is consistent once recovery has replayed its WAL up to
 		// where the server was when it ended: at most here.
-		st, err := inst.Status(ctx)
-		if err != nil {
+		if m.EndPosition, err = position(ctx, inst, o.Server.Engine); err != nil {
 			cleanup()
-			return nil, nil, fail(ReasonDatabaseUnreachable, "reading the position after the copy: %w", err)
+			return nil, nil, err
 		}
-		m.EndPosition = positionString(o.Server.Engine, st.Applied)
 	}
 	m.CompletedAt = now().UTC()
 	b, err := json.MarshalIndent(m, "", "  ")
@@ -225,6 +218,26 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 		return m, pruned, fmt.Errorf("backup completed, but retention failed: %w", err)
 	}
 	return m, pruned, nil
+}
+
+// checkMethod refuses a backup method the engine has not.
+func checkMethod(method string, e dbv1.Engine) error {
+	switch {
+	case method != MethodLogical && method != MethodPhysical:
+		return fail(ReasonInvalid, "method %q is neither %s nor %s", method, MethodLogical, MethodPhysical)
+	case method == MethodPhysical && e != dbv1.EnginePostgreSQL:
+		return fail(ReasonInvalid, "physical backups are built for PostgreSQL only so far (mariadb-backup is not installed here to prove one on MariaDB)")
+	}
+	return nil
+}
+
+// position is the instance's applied position, as a manifest writes it.
+func position(ctx context.Context, inst engine.Instance, e dbv1.Engine) (string, error) {
+	st, err := inst.Status(ctx)
+	if err != nil {
+		return "", fail(ReasonDatabaseUnreachable, "reading the position: %w", err)
+	}
+	return positionString(e, st.Applied), nil
 }
 
 func positionString(e dbv1.Engine, p engine.Position) string {

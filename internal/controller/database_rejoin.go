@@ -96,9 +96,8 @@ func (p *rejoin) instance(ctx context.Context, pod *corev1.Pod) error {
 		return p.formerPrimary(ctx, pod, inst, st)
 	}
 	if engine.ProfileOf(p.db.Spec.Engine).RejoinByRestart {
-		diverged, err := p.divergedStandby(ctx, pod, st)
-		if err != nil || diverged {
-			return err
+		if p.divergedStandby(ctx, pod, st) {
+			return nil
 		}
 	}
 	// A standby whose receiver is down reports no source; re-pointing it
@@ -189,23 +188,23 @@ func (p *rejoin) rebuild(pod *corev1.Pod, action, reason, why string) {
 // re-pointed). Such a standby can never follow: its server waits forever
 // for a timeline it cannot take. The rewind (pg_rewind, its start script
 // keeping that WAL aside) makes it a standby of the primary again.
-func (p *rejoin) divergedStandby(ctx context.Context, pod *corev1.Pod, st engine.Status) (bool, error) {
+func (p *rejoin) divergedStandby(ctx context.Context, pod *corev1.Pod, st engine.Status) bool {
 	if st.ReplayTimeline == 0 {
-		return false, nil // unknown: no evidence of divergence
+		return false // unknown: no evidence of divergence
 	}
 	prim, err := p.obs.instances.get(ctx, p.primaryPod)
 	if err != nil {
-		return false, nil // the primary cannot be reached: nothing to judge by
+		return false // the primary cannot be reached: nothing to judge by
 	}
 	fork, forked, err := prim.ForkPoint(ctx, st.ReplayTimeline)
 	if err != nil || !forked {
 		// Its own timeline, or one the primary's history does not name:
 		// no evidence of divergence, and never a rewind on a guess.
-		return false, nil
+		return false
 	}
 	reached := st.Applied.LSN
 	if reached <= fork.LSN {
-		return false, nil // behind the fork point: it follows the new timeline
+		return false // behind the fork point: it follows the new timeline
 	}
 	primary := p.primaryPod.Name
 	log.FromContext(ctx).Info("standby holds diverged WAL", "pod", pod.Name, "from", fork.String(), "to", engine.Position{Timeline: fork.Timeline, LSN: reached}.String())
@@ -215,7 +214,7 @@ func (p *rejoin) divergedStandby(ctx context.Context, pod *corev1.Pod, st engine
 		pod.Name, fork.LSN, reached, fork.Timeline, primary, fork.Timeline, fork.LSN, primary)
 	p.obs.requestRewind(pod.Name, p.r.now().UTC().Format("20060102T150405Z"))
 	p.obs.restartPod(pod, "rewind it onto "+primary+" (pg_rewind): it holds WAL past where "+primary+"'s timeline forked")
-	return true, nil
+	return true
 }
 
 // reportDiverged says, before a former PostgreSQL primary is rewound, which
