@@ -111,7 +111,7 @@ func TestOperatorMetricsAreDocumented(t *testing.T) {
 		db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-20 * time.Second)}
 	})
 	m.observe(db, &dbv1.DatabaseStatus{Phase: dbv1.PhaseRunning, Instances: []dbv1.InstanceStatus{{Name: "orders-0", Failure: &dbv1.InstanceFailure{Reason: "OOMKilled"}}},
-		Conditions: []metav1.Condition{{Type: dbv1.ConditionReplicationHealthy, Status: metav1.ConditionTrue}}})
+		Conditions: []metav1.Condition{{Type: dbv1.ConditionReplicationHealthy, Status: metav1.ConditionTrue}, {Type: dbv1.ConditionContinuousArchiving, Status: metav1.ConditionFalse}}})
 	m.onEvent(db, "FailoverCompleted", time.Now())
 	m.phaseDone("Apply", time.Millisecond)
 	done := metav1.Now()

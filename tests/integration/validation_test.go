@@ -134,6 +134,12 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		{"postgresql major upgrade", pg, func(db *dbv1.Database) { db.Spec.Version = "16" }, "PostgreSQL major version cannot change in place"},
 		{"mariadb downgrade", maria, func(db *dbv1.Database) { db.Spec.Version = "10.11" }, "MariaDB version cannot be downgraded"},
 		{"too many replicas", maria, func(db *dbv1.Database) { db.Spec.Replicas = 12 }, "should be less than or equal to 10"},
+		{"archiving asked of MariaDB", maria, func(db *dbv1.Database) {
+			db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+		}, "continuous archiving (backup.archive) is built for PostgreSQL only so far"},
+		{"an archive timeout too short", pg, func(db *dbv1.Database) {
+			db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To[int32](1)}}
+		}, "timeoutSeconds in body should be greater than or equal to 10"},
 		{"bootstrap added later", maria, func(db *dbv1.Database) {
 			db.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "b1"}}
 		}, "bootstrap only applies when a Database is created"},
