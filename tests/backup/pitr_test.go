@@ -47,10 +47,6 @@ func TestMain(m *testing.M) {
 // archive in a directory of its own.
 func walCommands(t *testing.T) (archiveDir, archive, restore string) {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, err := os.MkdirTemp("", "dbop-wal-")
 	if err != nil {
 		t.Fatal(err)
@@ -60,19 +56,7 @@ func walCommands(t *testing.T) (archiveDir, archive, restore string) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "manager")
-	in, err := os.Open(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
+	if err := backup.CopyBinary(bin); err != nil {
 		t.Fatal(err)
 	}
 	archiveDir = filepath.Join(dir, "archive")
