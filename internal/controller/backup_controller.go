@@ -146,7 +146,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		r.finish(st, dbv1.BackupFailed, dbv1.ReasonTargetInvalid, err.Error())
 		return ctrl.Result{}, nil
 	}
-	if err := r.ensureClaim(ctx, db, target); err != nil {
+	if err := ensureBackupClaim(ctx, r.Client, db, target); err != nil {
 		return ctrl.Result{}, err
 	}
 	pod, err := r.backupSource(ctx, db)
@@ -400,10 +400,11 @@ func (r *BackupReconciler) backupSource(ctx context.Context, db *dbv1.Database) 
 	return primary, nil
 }
 
-// ensureClaim creates the default backup claim of a volume target. The
-// operator never deletes it: backups outlive the Database unless the user
-// deletes them.
-func (r *BackupReconciler) ensureClaim(ctx context.Context, db *dbv1.Database, t dbv1.BackupTarget) error {
+// ensureBackupClaim creates the default backup claim of a volume target
+// (for a backup Job, or for the database pods that archive their WAL
+// there). The operator never deletes it: backups outlive the Database
+// unless the user deletes them.
+func ensureBackupClaim(ctx context.Context, c client.Client, db *dbv1.Database, t dbv1.BackupTarget) error {
 	if t.S3 != nil || (t.Volume != nil && t.Volume.ClaimName != "") {
 		return nil
 	}
@@ -424,7 +425,7 @@ func (r *BackupReconciler) ensureClaim(ctx context.Context, db *dbv1.Database, t
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
-	if err := r.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating backup claim %s: %w", pvc.Name, err)
 	}
 	return nil

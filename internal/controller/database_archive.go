@@ -104,6 +104,17 @@ func toValues[T any](objs []T) []any {
 	return out
 }
 
+// reconcileArchiveTarget creates the default backup claim when the WAL is
+// archived to the default volume target: the database pods mount it, and
+// a pod whose claim does not exist never starts. (A backup Job creates it
+// too; archiving may come first.)
+func (r *DatabaseReconciler) reconcileArchiveTarget(ctx context.Context, db *dbv1.Database, _ *observed) error {
+	if db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+		return nil
+	}
+	return ensureBackupClaim(ctx, r.Client, db, db.Spec.Backup.Target)
+}
+
 // archiveCheckInterval is how often the primary's archiver is read when
 // nothing else brings a reconcile: a target can fail with nothing in the
 // cluster changing.

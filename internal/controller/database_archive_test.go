@@ -180,3 +180,34 @@ func TestContinuousArchivingCondition(t *testing.T) {
 		t.Errorf("archiving turned off: the condition %+v stays", c)
 	}
 }
+
+// TestArchiveTargetClaim: archiving to the default volume target creates
+// its claim (the database pods mount it and would not start without it);
+// a named claim, an S3 target or no archiving creates none.
+func TestArchiveTargetClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		backup *dbv1.BackupPolicy
+		want   bool
+	}{
+		{"the default volume", &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}, true},
+		{"a named claim", &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}, Target: dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: "mine"}}}, false},
+		{"S3", &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}, Target: dbv1.BackupTarget{S3: &dbv1.S3Target{Endpoint: "https://s3.test", Bucket: "b"}}}, false},
+		{"no archiving", &dbv1.BackupPolicy{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) { db.Spec.Backup = tc.backup })
+			r, c := newFakeReconciler(t, new(int), db)
+			if err := r.reconcileArchiveTarget(context.Background(), db, &observed{}); err != nil {
+				t.Fatal(err)
+			}
+			pvcs := &corev1.PersistentVolumeClaimList{}
+			if err := c.List(context.Background(), pvcs, client.InNamespace(db.Namespace)); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(pvcs.Items) == 1 && pvcs.Items[0].Name == "orders-backups"; got != tc.want || len(pvcs.Items) > 1 {
+				t.Errorf("claims %v, want orders-backups created: %t", pvcs.Items, tc.want)
+			}
+		})
+	}
+}

@@ -144,6 +144,8 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		// Before Apply: a new Database over kept volumes names no primary
 		// before its pods start.
 		{"KeptVolumes", r.reconcileKeptVolumes, true},
+		// Before Apply: pods that archive to the default volume mount its claim.
+		{"ArchiveTarget", r.reconcileArchiveTarget, false},
 		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
 		{"Observe", r.observeStatefulSet, true},

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup/wal"
@@ -126,5 +127,38 @@ func TestContinuousArchiving(t *testing.T) {
 	}
 	if len(segments) == 0 || segments[len(segments)-1] < pending {
 		t.Errorf("archived segments %v do not reach %s", segments, pending)
+	}
+}
+
+// TestContinuousArchivingToAVolume: archiving to the default volume target
+// creates its claim before the pods start (they mount it), and the
+// primary's server archives there: ContinuousArchiving names the segment
+// it just closed.
+func TestContinuousArchivingToAVolume(t *testing.T) {
+	t.Parallel() // its own Database: see parallel in main_test.go
+	ctx := context.Background()
+	db := createDatabase(t, "archvol", dbv1.EnginePostgreSQL, "15", 1, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+	})
+	db = waitRunning(t, db, 1, 5*time.Minute)
+	user, password := credentials(t, db)
+	c := pgRW(t, db, user, password)
+	var seg string
+	if err := c.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&seg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, seg+" archived to the volume", func() string {
+		for _, cond := range k8sDatabase(t, db).Status.Conditions {
+			if cond.Type == dbv1.ConditionContinuousArchiving {
+				if cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "archived "+seg) {
+					return ""
+				}
+				return fmt.Sprintf("%s %s: %s", cond.Status, cond.Reason, cond.Message)
+			}
+		}
+		return "no ContinuousArchiving condition"
+	})
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name + "-backups"}, &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Errorf("the default backup claim: %v", err)
 	}
 }
