@@ -519,21 +519,29 @@ func TestStoredBeforeStorageSwitch(t *testing.T) {
 		return ""
 	})
 	// The API server's handler takes the CRD change asynchronously: write
-	// until the object lands in etcd as v1alpha1.
+	// until an object lands in etcd as v1alpha1. Each attempt under a new
+	// name: one created again under the same name would find the claim its
+	// deleted namesake kept (deletionPolicy Retain), and wait for the
+	// operator to choose a primary among kept volumes, which simulated
+	// pods never answer.
+	attempt := 0
 	eventually(t, 10*time.Second, "an object stored as v1alpha1", func() string {
-		_ = testEnv.client.Delete(ctx, old.DeepCopy())
+		attempt++
 		o := old.DeepCopy()
+		o.Name = fmt.Sprintf("legacy-%d", attempt)
 		if err := testEnv.client.Create(ctx, o); err != nil {
 			return err.Error()
 		}
-		if v := storedAPIVersion(t, ns, old.Name); v != "example.com/v1alpha1" {
+		old = o
+		if v := storedAPIVersion(t, ns, o.Name); v != "example.com/v1alpha1" {
+			_ = testEnv.client.Delete(ctx, o)
 			return "stored as " + v
 		}
 		return ""
 	})
 	setStorage("v1")
 
-	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "legacy"}}
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: old.Name}}
 	got := waitRunning(t, db, 1)
 	if got.Spec.Engine != dbv1.EnginePostgreSQL || got.Spec.Version != "17" || !equality.Semantic.DeepEqual(got.Spec.Resources, dbv1alpha1.SizeSmall.Resources()) {
 		t.Errorf("read as v1: %+v", got.Spec)
