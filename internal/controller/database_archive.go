@@ -3,9 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
 )
 
@@ -54,24 +53,14 @@ func archiveValues(db *dbv1.Database) map[string]any {
 	return values
 }
 
-// s3Port is the TCP port of an S3 endpoint (URL or host[:port]; HTTPS
-// unless it says http://).
+// s3Port is the TCP port of an S3 endpoint, as the store reads it; 443
+// for one it would refuse (the API and the backup Job say why).
 func s3Port(endpoint string) int64 {
-	rest := endpoint
-	port := int64(443)
-	if scheme, after, ok := strings.Cut(endpoint, "://"); ok {
-		rest = after
-		if strings.EqualFold(scheme, "http") {
-			port = 80
-		}
+	port, err := storage.EndpointPort(endpoint)
+	if err != nil {
+		return 443
 	}
-	hostport, _, _ := strings.Cut(rest, "/")
-	if _, p, err := net.SplitHostPort(hostport); err == nil {
-		if n, err := strconv.ParseInt(p, 10, 32); err == nil {
-			return n
-		}
-	}
-	return port
+	return int64(port)
 }
 
 // shellWord is a word sh takes as it is.
@@ -152,12 +141,7 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	unknown := func(reason, format string, args ...any) *archiveState {
 		return &archiveState{status: metav1.ConditionUnknown, reason: reason, message: fmt.Sprintf(format, args...)}
 	}
-	var pod *corev1.Pod
-	for i := range obs.pods {
-		if obs.pods[i].Name == primary {
-			pod = &obs.pods[i]
-		}
-	}
+	pod := podNamed(obs.pods, primary)
 	if primary == "" || pod == nil || !podStarted(pod) {
 		return unknown(dbv1.ReasonArchiverUnreadable, "the primary %q does not run: its archiver cannot be read", primary)
 	}

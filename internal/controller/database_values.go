@@ -10,7 +10,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent"
@@ -229,14 +228,6 @@ func networkPolicyValues(db *dbv1.Database, opts ValueOptions) map[string]any {
 	if db.Spec.Network == nil || len(db.Spec.Network.Clients) == 0 {
 		return out
 	}
-	clients := make([]any, 0, len(db.Spec.Network.Clients))
-	for i := range db.Spec.Network.Clients {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&db.Spec.Network.Clients[i])
-		if err != nil {
-			continue // never happens; and the key below still narrows the policy
-		}
-		clients = append(clients, u)
-	}
-	out["clients"] = clients
+	out["clients"] = toValues(db.Spec.Network.Clients)
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
@@ -181,6 +182,23 @@ func parseEndpoint(ep string) (host string, secure bool, err error) {
 		return "", false, fmt.Errorf("s3 configuration: endpoint %q: a path is not supported (put it in the bucket prefix)", u.Redacted())
 	}
 	return u.Host, secure, nil
+}
+
+// EndpointPort is the TCP port an S3 endpoint (host:port or an http(s)
+// URL) is reached on: its own, else 443 for https and host:port, 80 for
+// http.
+func EndpointPort(ep string) (int, error) {
+	host, secure, err := parseEndpoint(ep)
+	if err != nil {
+		return 0, err
+	}
+	if _, p, err := net.SplitHostPort(host); err == nil {
+		return strconv.Atoi(p)
+	}
+	if secure {
+		return 443, nil
+	}
+	return 80, nil
 }
 
 func (s *s3Store) Location(key string) string {
