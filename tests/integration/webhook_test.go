@@ -524,10 +524,12 @@ func TestStoredBeforeStorageSwitch(t *testing.T) {
 	// deleted namesake kept (deletionPolicy Retain), and wait for the
 	// operator to choose a primary among kept volumes, which simulated
 	// pods never answer.
-	attempt := 0
-	eventually(t, 10*time.Second, "an object stored as v1alpha1", func() string {
+	template, attempt := old.DeepCopy(), 0
+	eventually(t, 30*time.Second, "an object stored as v1alpha1", func() string {
 		attempt++
-		o := old.DeepCopy()
+		// From the template each time: a created object carries a
+		// resourceVersion that a second create refuses.
+		o := template.DeepCopy()
 		o.Name = fmt.Sprintf("legacy-%d", attempt)
 		if err := testEnv.client.Create(ctx, o); err != nil {
 			return err.Error()
