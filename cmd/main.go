@@ -22,6 +22,7 @@ import (
 
 	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/pitr"
 	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/internal/controller"
 	// +kubebuilder:scaffold:imports
@@ -47,6 +48,8 @@ func dispatch(ctx context.Context, args []string) error {
 			return backup.RestoreCommand(ctx, args[1:], os.Stderr)
 		case "agent":
 			return agent.Command(ctx, args[1:], os.Stderr)
+		case "recover":
+			return pitr.Command(ctx, args[1:], os.Stderr)
 		case "wal-push":
 			return wal.PushCommand(ctx, args[1:], os.Stderr)
 		case "wal-fetch":

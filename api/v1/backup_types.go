@@ -220,6 +220,34 @@ type BootstrapSpec struct {
 	// (or in another cluster) whose Backup object is not here.
 	// +optional
 	Source *BackupSource `json:"source,omitempty"`
+
+	// RecoveryTarget restores to a moment rather than to the backup's end
+	// (PostgreSQL, a physical Backup of a Database that archives its WAL):
+	// the base backup is unpacked and the archive replayed up to the
+	// target, in a Job, before the new Database's pods start. Without it, a
+	// physical backup replays every archived segment (the latest moment
+	// the archive holds).
+	// +optional
+	RecoveryTarget *RecoveryTarget `json:"recoveryTarget,omitempty"`
+}
+
+// RecoveryTarget is where a point-in-time recovery stops: at most one of a
+// time, a WAL position or a named restore point.
+// +kubebuilder:validation:XValidation:rule="(has(self.time) ? 1 : 0) + (has(self.lsn) ? 1 : 0) + (has(self.name) ? 1 : 0) <= 1",message="a recovery target is one of time, lsn or name"
+type RecoveryTarget struct {
+	// Time: every transaction committed before it is restored, none after.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+	// LSN: replay up to this WAL position (as pg_current_wal_lsn() prints it).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`
+	LSN string `json:"lsn,omitempty"`
+	// Name: replay up to a restore point made with pg_create_restore_point().
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="!self.contains(\"'\")",message="a restore point name must not contain a quote"
+	Name string `json:"name,omitempty"`
 }
 
 // BackupSource is a backup's location: a target and the path in it.
@@ -252,6 +280,14 @@ type BackupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.s3) || !self.s3.endpoint.trim().lowerAscii().startsWith('http://') || (has(self.s3.allowInsecureHTTP) && self.s3.allowInsecureHTTP)",message="endpoint is plain http://: the credentials and every dump would cross the network unencrypted; use https://, or set allowInsecureHTTP: true to accept that",fieldPath=.s3.endpoint
 	Target *BackupTarget `json:"target,omitempty"`
 
+	// Method is how the backup is taken: Logical (dumps, loaded into a
+	// running server) or Physical (a copy of the data directory with
+	// pg_basebackup: PostgreSQL only; with the WAL archive it restores to
+	// any moment since). Default: Physical for a PostgreSQL Database that
+	// archives its WAL (spec.backup.archive), else Logical.
+	// +optional
+	Method BackupMethod `json:"method,omitempty"`
+
 	// DeadlineSeconds bounds how long the backup may run (default: the
 	// Database's spec.backup.deadlineSeconds, else 3600).
 	// +kubebuilder:validation:Minimum=30
@@ -259,6 +295,17 @@ type BackupSpec struct {
 	// +optional
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
 }
+
+// BackupMethod is how a backup is taken.
+// +kubebuilder:validation:Enum=Logical;Physical
+type BackupMethod string
+
+const (
+	// BackupLogical dumps the databases (pg_dump, mariadb-dump).
+	BackupLogical BackupMethod = "Logical"
+	// BackupPhysical copies the data directory (pg_basebackup).
+	BackupPhysical BackupMethod = "Physical"
+)
 
 // BackupPhase is where a Backup is in its life.
 // +kubebuilder:validation:Enum=Pending;Running;Completed;Failed;Skipped
@@ -349,6 +396,14 @@ type BackupStatus struct {
 	// PostgreSQL WAL location or a MySQL/MariaDB GTID set.
 	// +optional
 	Position string `json:"position,omitempty"`
+	// Method is how the backup was taken (spec.method, default applied).
+	// +optional
+	Method BackupMethod `json:"method,omitempty"`
+	// ArchivePath is the Database's WAL archive in the same target, for a
+	// physical backup of a Database that archives: a recovery replays it
+	// from the backup's end to its target.
+	// +optional
+	ArchivePath string `json:"archivePath,omitempty"`
 }
 
 // Backup is one backup of a Database. Create one to back up now; the

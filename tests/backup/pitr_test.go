@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/pitr"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/tests/utils/testservers"
@@ -33,6 +34,8 @@ func TestMain(m *testing.M) {
 		err = wal.PushCommand(context.Background(), os.Args[1:], os.Stderr)
 	case "wal-fetch":
 		err = wal.FetchCommand(context.Background(), os.Args[1:], os.Stderr)
+	case "recover":
+		err = pitr.Command(context.Background(), os.Args[1:], os.Stderr)
 	default:
 		err = fmt.Errorf("DBOP_WAL_COMMAND %q", os.Getenv("DBOP_WAL_COMMAND"))
 	}
@@ -42,10 +45,19 @@ func TestMain(m *testing.M) {
 	os.Exit(0)
 }
 
+// walSetup is an archive in a directory of its own (the target) and the
+// test binary where the servers' account can run it.
+type walSetup struct {
+	dir, bin string
+	// archive and restore are PostgreSQL's archive_command and
+	// restore_command through the binary.
+	archive, restore string
+}
+
 // walCommands copies the test binary where the servers' account can run
 // it and returns PostgreSQL's archive_command and restore_command for an
 // archive in a directory of its own.
-func walCommands(t *testing.T) (archiveDir, archive, restore string) {
+func walCommands(t *testing.T) walSetup {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "dbop-wal-")
 	if err != nil {
@@ -59,15 +71,67 @@ func walCommands(t *testing.T) (archiveDir, archive, restore string) {
 	if err := backup.CopyBinary(bin); err != nil {
 		t.Fatal(err)
 	}
-	archiveDir = filepath.Join(dir, "archive")
+	archiveDir := filepath.Join(dir, "archive")
 	if err := os.Mkdir(archiveDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	testservers.GiveToPostgres(t, archiveDir)
 	target := "--dir=" + archiveDir + " --prefix=shop/orders/wal"
-	return archiveDir,
-		fmt.Sprintf("archive_command = 'DBOP_WAL_COMMAND=wal-push %s %s %%p'", bin, target),
-		fmt.Sprintf("restore_command = 'DBOP_WAL_COMMAND=wal-fetch %s %s %%f %%p'", bin, target)
+	return walSetup{dir: archiveDir, bin: bin,
+		archive: fmt.Sprintf("DBOP_WAL_COMMAND=wal-push %s %s %%p", bin, target),
+		restore: fmt.Sprintf("DBOP_WAL_COMMAND=wal-fetch %s %s %%f %%p", bin, target)}
+}
+
+// recoverRun is one run of the manager's recover command, as a recovery
+// Job runs it: as the servers' account, the passwords in its environment.
+type recoverRun struct {
+	pgdata string
+	result backup.Result
+	err    error
+	out    string
+}
+
+func runRecover(t *testing.T, w walSetup, path string, args ...string) recoverRun {
+	t.Helper()
+	// Not under t.TempDir(), whose parent the servers' account cannot enter.
+	dir, err := os.MkdirTemp("", "dbop-recover-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	testservers.GiveToPostgres(t, dir)
+	r := recoverRun{pgdata: filepath.Join(dir, "pgdata")}
+	result := filepath.Join(dir, "result.json")
+	args = append([]string{"--dir=" + w.dir, "--path=" + path, "--archive=shop/orders/wal", "--restore-command=" + w.restore,
+		"--pgdata=" + r.pgdata, "--scratch=" + dir, "--user=postgres", "--replication-user=replicator", "--result-file=" + result}, args...)
+	cmd := testservers.PostgresCommand(t, dir, w.bin, args...)
+	cmd.Env = append(cmd.Env, "DBOP_WAL_COMMAND=recover", pitr.EnvSuperuserPassword+"="+testservers.PostgresPassword,
+		pitr.EnvReplicationPassword+"=replication-Password-2")
+	out, err := cmd.CombinedOutput()
+	r.err, r.out = err, string(out)
+	b, rerr := os.ReadFile(result)
+	if rerr != nil {
+		t.Fatalf("the recover command left no result (%v): %v\n%s", r.err, rerr, out)
+	}
+	if r.result, rerr = backup.DecodeResult(b); rerr != nil {
+		t.Fatalf("result %q: %v", b, rerr)
+	}
+	return r
+}
+
+// giveTreeToPostgres hands a directory tree the test wrote to the
+// servers' account (a recovery Job reads the target as it).
+func giveTreeToPostgres(t *testing.T, root string) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+		if err == nil {
+			testservers.GiveToPostgres(t, p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // write is one row a writer inserted: when it was sent, and when (if) the
@@ -159,9 +223,10 @@ func switchAndArchive(t *testing.T, ctx context.Context, p *testservers.Postgres
 func TestPostgresPointInTimeRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	archiveDir, archive, restore := walCommands(t)
+	w := walCommands(t)
+	archiveDir := w.dir
 	src := testservers.StartPostgresWith(t, testservers.NewTopology(t), "orders-0", testservers.PostgresOptions{
-		Settings: []string{"archive_mode = on", archive},
+		Settings: []string{"archive_mode = on", "archive_command = '" + w.archive + "'"},
 	})
 	pgExec(t, ctx, src, "postgres",
 		"CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL)",
@@ -169,12 +234,16 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 	// The base backup: the backup program's physical method (pg_basebackup
 	// streamed to the target with its checksum), unpacked by
 	// ExtractPhysical after it checked the copy against the manifest.
-	backups := storage.NewDir(t.TempDir())
+	// In the archive's target, as a Database's backups are.
+	backups := storage.NewDir(archiveDir)
 	m, _, err := backup.Run(ctx, backup.Options{Server: pgServer(src), Store: backups, Namespace: "shop", Database: "orders",
 		Name: "base-1", Method: backup.MethodPhysical})
 	if err != nil {
 		t.Fatalf("physical backup: %v", err)
 	}
+	// What the test wrote there as root goes to the servers' account
+	// (the archiver writes beside it, a recovery reads it).
+	giveTreeToPostgres(t, archiveDir)
 	if m.Method != backup.MethodPhysical || len(m.Files) != 1 || m.Files[0].Kind != backup.KindBaseBackup || m.EndPosition == "" {
 		t.Fatalf("physical backup manifest %+v", m)
 	}
@@ -305,9 +374,44 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		}
 	})
 
-	settings := []string{restore, "recovery_target_time = '" + target.UTC().Format("2006-01-02 15:04:05.999999-07") + "'", "recovery_target_action = 'promote'"}
+	basePath := backup.Path("shop", "orders", "base-1")
+	var verifierBefore string
+	if err := pgConn(t, ctx, src, "postgres").QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = 'postgres'").Scan(&verifierBefore); err != nil {
+		t.Fatal(err)
+	}
+
+	// A target the backup and the archive cannot reach is refused before
+	// anything is written.
+	t.Run("a target outside the window is refused", func(t *testing.T) {
+		for name, at := range map[string]time.Time{
+			"before the backup ended": m.CompletedAt.Add(-time.Minute),
+			"past the archive's end":  time.Now().Add(time.Hour),
+		} {
+			r := runRecover(t, w, basePath, "--target-time="+at.Format(time.RFC3339Nano))
+			if r.err == nil || r.result.Succeeded || r.result.Reason != pitr.ReasonOutsideWindow {
+				t.Errorf("%s: %v, result %+v, want %s\n%s", name, r.err, r.result, pitr.ReasonOutsideWindow, r.out)
+			}
+			if _, err := os.Lstat(r.pgdata); err == nil {
+				t.Errorf("%s: a data directory was created", name)
+			}
+			t.Logf("%s: %s", name, r.result.Message)
+		}
+	})
+
+	// The recover command (a recovery Job's program) unpacks the base
+	// backup, replays the archive through wal-fetch to T, promotes, gives
+	// the accounts their new passwords and shuts down cleanly; a server
+	// started on the result as a new primary has what was committed before T.
 	t.Run("restored to T", func(t *testing.T) {
-		restored := testservers.PostgresOnData(t, "restored-0", base, true, testservers.PostgresOptions{Settings: settings})
+		r := runRecover(t, w, basePath, "--target-time="+target.Format(time.RFC3339Nano))
+		if r.err != nil || !r.result.Succeeded {
+			t.Fatalf("recover: %v, result %+v\n%s", r.err, r.result, r.out)
+		}
+		t.Logf("recover: %s", r.result.Message)
+		if !strings.Contains(r.out, "wal-fetch: restored "+last) {
+			t.Errorf("the recovery did not fetch %s through wal-fetch:\n%s", last, r.out)
+		}
+		restored := testservers.PostgresOnData(t, "restored-0", r.pgdata, false, testservers.PostgresOptions{})
 		restored.Restart(t)
 		waitPromoted(t, ctx, restored)
 		rc := pgConn(t, ctx, restored, "postgres")
@@ -340,8 +444,22 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		if err := rc.QueryRow(ctx, "SELECT count(*) FROM doomed").Scan(&doomed); err != nil || doomed != 1 {
 			t.Errorf("the table dropped after T: %d rows (%v), want it back with its row", doomed, err)
 		}
-		if !strings.Contains(restored.Log(), "wal-fetch: restored "+last) {
-			t.Errorf("the recovery did not fetch %s through wal-fetch:\n%s", last, restored.Log())
+		// The accounts have the new Database's passwords: the replication
+		// account (the source had none) made, the superuser's set again.
+		var replication bool
+		var verifier string
+		if err := rc.QueryRow(ctx, "SELECT rolreplication AND rolcanlogin AND rolpassword LIKE 'SCRAM-SHA-256$%' FROM pg_authid WHERE rolname = 'replicator'").Scan(&replication); err != nil || !replication {
+			t.Errorf("the replication account: %t (%v)", replication, err)
+		}
+		if err := rc.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = 'postgres'").Scan(&verifier); err != nil || verifier == verifierBefore {
+			t.Errorf("the superuser's password was not set (%v)", err)
+		}
+		var inRecovery bool
+		if err := rc.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+			t.Errorf("the recovered server is still in recovery (%v)", err)
+		}
+		if strings.Contains(restored.Log(), "database system was not properly shut down") {
+			t.Errorf("the recovered data directory needed crash recovery:\n%s", restored.Log())
 		}
 		t.Logf("restored to T: %d rows, all %d acknowledged before T among them", len(ids), before)
 	})
@@ -358,14 +476,18 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		if err := os.WriteFile(seg, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		restored := testservers.PostgresOnData(t, "corrupt-0", base, true, testservers.PostgresOptions{Settings: settings})
-		restored.RestartFailing(t)
-		log := restored.ExitLog(t, time.Minute)
-		if !strings.Contains(log, "CORRUPT ARCHIVE") || !strings.Contains(log, last) {
-			t.Errorf("the corrupt segment %s was not reported:\n%s", last, log)
+		r := runRecover(t, w, basePath, "--target-time="+target.Format(time.RFC3339Nano))
+		if r.err == nil || r.result.Succeeded || r.result.Reason != pitr.ReasonRecoveryFailed {
+			t.Fatalf("recovery over a corrupt segment: %v, result %+v, want %s\n%s", r.err, r.result, pitr.ReasonRecoveryFailed, r.out)
 		}
-		if !strings.Contains(log, "recovery ended before configured recovery target was reached") {
-			t.Errorf("the recovery did not stop short of T with an error:\n%s", log)
+		if !strings.Contains(r.result.Message, "CORRUPT ARCHIVE") || !strings.Contains(r.result.Message, last) {
+			t.Errorf("the corrupt segment %s was not reported: %s", last, r.result.Message)
+		}
+		if !strings.Contains(r.result.Message, "recovery ended before configured recovery target was reached") {
+			t.Errorf("the recovery did not stop short of T with an error: %s", r.result.Message)
+		}
+		if _, err := os.Lstat(r.pgdata); err == nil {
+			t.Error("a failed recovery left a data directory")
 		}
 	})
 }

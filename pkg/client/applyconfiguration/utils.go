@@ -62,6 +62,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1.LocalObjectReferenceApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkSpec"):
 		return &apiv1.NetworkSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("RecoveryTarget"):
+		return &apiv1.RecoveryTargetApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReplicationSpec"):
 		return &apiv1.ReplicationSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("S3Credentials"):

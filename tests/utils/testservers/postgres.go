@@ -288,3 +288,14 @@ func PostgresOnData(t testing.TB, pod, data string, recovery bool, opts Postgres
 	}
 	return p
 }
+
+// PostgresCommand is a command run as the servers' account (when the
+// tests run as root), with PostgreSQL's programs on its PATH: what a
+// database pod's programs run as.
+func PostgresCommand(t testing.TB, dir, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	asUser(cmd, pgUser(t), dir)
+	cmd.Env = append(cmd.Env, "PATH="+pgBin(t)+":"+os.Getenv("PATH"))
+	return cmd
+}

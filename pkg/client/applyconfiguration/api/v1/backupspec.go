@@ -8,6 +8,10 @@ Licensed under the Apache License, Version 2.0.
 
 package v1
 
+import (
+	apiv1 "example.com/database-operator/api/v1"
+)
+
 // BackupSpecApplyConfiguration represents a declarative configuration of the BackupSpec type for use
 // with apply.
 //
@@ -17,6 +21,12 @@ type BackupSpecApplyConfiguration struct {
 	Database *LocalObjectReferenceApplyConfiguration `json:"database,omitempty"`
 	// Target overrides the Database's spec.backup.target for this backup.
 	Target *BackupTargetApplyConfiguration `json:"target,omitempty"`
+	// Method is how the backup is taken: Logical (dumps, loaded into a
+	// running server) or Physical (a copy of the data directory with
+	// pg_basebackup: PostgreSQL only; with the WAL archive it restores to
+	// any moment since). Default: Physical for a PostgreSQL Database that
+	// archives its WAL (spec.backup.archive), else Logical.
+	Method *apiv1.BackupMethod `json:"method,omitempty"`
 	// DeadlineSeconds bounds how long the backup may run (default: the
 	// Database's spec.backup.deadlineSeconds, else 3600).
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
@@ -41,6 +51,14 @@ func (b *BackupSpecApplyConfiguration) WithDatabase(value *LocalObjectReferenceA
 // If called multiple times, the Target field is set to the value of the last call.
 func (b *BackupSpecApplyConfiguration) WithTarget(value *BackupTargetApplyConfiguration) *BackupSpecApplyConfiguration {
 	b.Target = value
+	return b
+}
+
+// WithMethod sets the Method field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Method field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithMethod(value apiv1.BackupMethod) *BackupSpecApplyConfiguration {
+	b.Method = &value
 	return b
 }
 

@@ -50,6 +50,12 @@ type BackupStatusApplyConfiguration struct {
 	// Position is the engine's position the backup is consistent with: a
 	// PostgreSQL WAL location or a MySQL/MariaDB GTID set.
 	Position *string `json:"position,omitempty"`
+	// Method is how the backup was taken (spec.method, default applied).
+	Method *apiv1.BackupMethod `json:"method,omitempty"`
+	// ArchivePath is the Database's WAL archive in the same target, for a
+	// physical backup of a Database that archives: a recovery replays it
+	// from the backup's end to its target.
+	ArchivePath *string `json:"archivePath,omitempty"`
 }
 
 // BackupStatusApplyConfiguration constructs a declarative configuration of the BackupStatus type for use with
@@ -175,5 +181,21 @@ func (b *BackupStatusApplyConfiguration) WithChecksum(value string) *BackupStatu
 // If called multiple times, the Position field is set to the value of the last call.
 func (b *BackupStatusApplyConfiguration) WithPosition(value string) *BackupStatusApplyConfiguration {
 	b.Position = &value
+	return b
+}
+
+// WithMethod sets the Method field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Method field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithMethod(value apiv1.BackupMethod) *BackupStatusApplyConfiguration {
+	b.Method = &value
+	return b
+}
+
+// WithArchivePath sets the ArchivePath field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ArchivePath field is set to the value of the last call.
+func (b *BackupStatusApplyConfiguration) WithArchivePath(value string) *BackupStatusApplyConfiguration {
+	b.ArchivePath = &value
 	return b
 }

@@ -22,6 +22,13 @@ type BootstrapSpecApplyConfiguration struct {
 	// Source locates a backup directly, for one taken by another Database
 	// (or in another cluster) whose Backup object is not here.
 	Source *BackupSourceApplyConfiguration `json:"source,omitempty"`
+	// RecoveryTarget restores to a moment rather than to the backup's end
+	// (PostgreSQL, a physical Backup of a Database that archives its WAL):
+	// the base backup is unpacked and the archive replayed up to the
+	// target, in a Job, before the new Database's pods start. Without it, a
+	// physical backup replays every archived segment (the latest moment
+	// the archive holds).
+	RecoveryTarget *RecoveryTargetApplyConfiguration `json:"recoveryTarget,omitempty"`
 }
 
 // BootstrapSpecApplyConfiguration constructs a declarative configuration of the BootstrapSpec type for use with
@@ -43,5 +50,13 @@ func (b *BootstrapSpecApplyConfiguration) WithBackup(value *LocalObjectReference
 // If called multiple times, the Source field is set to the value of the last call.
 func (b *BootstrapSpecApplyConfiguration) WithSource(value *BackupSourceApplyConfiguration) *BootstrapSpecApplyConfiguration {
 	b.Source = value
+	return b
+}
+
+// WithRecoveryTarget sets the RecoveryTarget field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RecoveryTarget field is set to the value of the last call.
+func (b *BootstrapSpecApplyConfiguration) WithRecoveryTarget(value *RecoveryTargetApplyConfiguration) *BootstrapSpecApplyConfiguration {
+	b.RecoveryTarget = value
 	return b
 }

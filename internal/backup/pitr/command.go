@@ -1,0 +1,105 @@
+package pitr
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"example.com/database-operator/internal/backup"
+)
+
+// Environment the recover command reads the new Database's passwords from.
+const (
+	EnvSuperuserPassword   = backup.EnvPassword
+	EnvReplicationPassword = "REPLICATION_PASSWORD"
+)
+
+// Command is the manager's "recover" subcommand, run by a Database's
+// recovery Job before its pods exist: it writes its Result to
+// --result-file (the container's termination message).
+func Command(ctx context.Context, args []string, log io.Writer) error {
+	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
+	var o Options
+	var t backup.TargetFlags
+	var resultFile, replicationUser, targetTime string
+	t.Register(fs)
+	fs.StringVar(&o.Path, "path", "", "the base backup's path in the target")
+	fs.StringVar(&o.Archive, "archive", "", "the WAL archive's prefix in the target (none: recover to the backup's end)")
+	fs.StringVar(&o.RestoreCommand, "restore-command", "", "the server's restore_command (wal-fetch on --archive)")
+	fs.StringVar(&targetTime, "target-time", "", "replay the transactions committed before this time (RFC 3339)")
+	fs.StringVar(&o.Target.LSN, "target-lsn", "", "replay up to this WAL position")
+	fs.StringVar(&o.Target.Name, "target-name", "", "replay up to this restore point")
+	fs.StringVar(&o.DataDir, "pgdata", "", "the data directory to create")
+	fs.StringVar(&o.Scratch, "scratch", os.TempDir(), "directory for the download, the socket and the server's log")
+	fs.StringVar(&o.Superuser, "user", "postgres", "the superuser (its password from "+EnvSuperuserPassword+")")
+	fs.StringVar(&replicationUser, "replication-user", "", "the replication account (its password from "+EnvReplicationPassword+")")
+	fs.StringVar(&resultFile, "result-file", "/dev/termination-log", "where the result goes (JSON)")
+	fs.SetOutput(log)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o.Log = func(format string, args ...any) { fmt.Fprintf(log, "recover: "+format+"\n", args...) }
+	o.ServerLog = log
+	var out *Outcome
+	err := func() error {
+		if o.Path == "" || o.DataDir == "" {
+			return fail(backup.ReasonInvalid, "--path and --pgdata are required")
+		}
+		if o.Archive != "" && o.RestoreCommand == "" {
+			return fail(backup.ReasonInvalid, "--archive needs --restore-command")
+		}
+		if targetTime != "" {
+			var err error
+			if o.Target.Time, err = time.Parse(time.RFC3339Nano, targetTime); err != nil {
+				return fail(backup.ReasonInvalid, "--target-time: %w", err)
+			}
+		}
+		o.Accounts = []Account{{Name: o.Superuser, Password: os.Getenv(EnvSuperuserPassword)}}
+		if replicationUser != "" {
+			o.Accounts = append(o.Accounts, Account{Name: replicationUser, Password: os.Getenv(EnvReplicationPassword), Replication: true})
+		}
+		for _, a := range o.Accounts {
+			if a.Password == "" {
+				return fail(backup.ReasonInvalid, "no password for %s in the environment", a.Name)
+			}
+		}
+		var err error
+		if o.Store, err = t.Open(ctx); err != nil {
+			return fail(backup.ReasonTargetFailed, "%w", err)
+		}
+		scratch, err := os.MkdirTemp(o.Scratch, "recover-")
+		if err != nil {
+			return fail(backup.ReasonLoadFailed, "scratch space: %w", err)
+		}
+		defer os.RemoveAll(scratch)
+		o.Scratch = scratch
+		out, err = Recover(ctx, o)
+		return err
+	}()
+	res := ResultOf(o, out, err)
+	fmt.Fprintf(log, "recover %s: succeeded=%t reason=%s %s\n", o.Path, res.Succeeded, res.Reason, res.Message)
+	if resultFile != "" {
+		if werr := os.WriteFile(resultFile, res.Encode(), 0o644); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+// ResultOf is the Result a recovery Job reports.
+func ResultOf(o Options, out *Outcome, err error) backup.Result {
+	if err != nil {
+		return backup.Result{Reason: backup.ReasonOf(err), Message: err.Error(), Path: o.Path}
+	}
+	m := out.Manifest
+	msg := fmt.Sprintf("recovered to %s: promoted at %s on timeline %d", o.Target, out.Position, out.Timeline)
+	if !out.LastReplayed.IsZero() {
+		msg += ", the last transaction replayed committed at " + out.LastReplayed.UTC().Format(time.RFC3339Nano)
+	}
+	return backup.Result{Succeeded: true, Reason: "Recovered", Message: msg, Path: o.Path, Location: o.Store.Location(o.Path),
+		Version: m.Version, Position: out.Position, Size: m.Size(), Checksum: m.Checksum(), StartedAt: m.StartedAt, CompletedAt: m.CompletedAt}
+}

@@ -1,0 +1,414 @@
+// Package pitr recovers a PostgreSQL data directory to a moment: a
+// physical base backup unpacked, then the WAL archive replayed up to a
+// target by a server of its own, which is promoted, given the new
+// Database's passwords and shut down cleanly. The new Database's pods then
+// start on the result as on any data directory.
+package pitr
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/backup/wal"
+)
+
+// Reasons a recovery fails, besides the backup package's (BackupCorrupt,
+// InvalidBackup, TargetFailed, TargetNotEmpty).
+const (
+	// ReasonOutsideWindow: the target lies outside what the base backup
+	// and the archive can reach; nothing was written.
+	ReasonOutsideWindow = "TargetOutsideWindow"
+	// ReasonRecoveryFailed: the server stopped before reaching the target
+	// (a corrupt or missing segment, a target it never met).
+	ReasonRecoveryFailed = "RecoveryFailed"
+)
+
+// Target is where the replay stops: at most one of Time, LSN and Name;
+// none replays the whole archive.
+type Target struct {
+	Time time.Time
+	LSN  string
+	Name string
+}
+
+func (t Target) String() string {
+	switch {
+	case !t.Time.IsZero():
+		return "time " + t.Time.UTC().Format(time.RFC3339Nano)
+	case t.LSN != "":
+		return "position " + t.LSN
+	case t.Name != "":
+		return "restore point " + t.Name
+	}
+	return "the end of the archive"
+}
+
+// settings are the server's recovery settings for the target.
+func (t Target) settings() []string {
+	switch {
+	case !t.Time.IsZero():
+		return []string{"recovery_target_time=" + t.Time.UTC().Format("2006-01-02 15:04:05.999999+00")}
+	case t.LSN != "":
+		return []string{"recovery_target_lsn=" + t.LSN}
+	case t.Name != "":
+		return []string{"recovery_target_name=" + t.Name}
+	}
+	return nil
+}
+
+// Account is a role whose password the recovered server takes from the
+// new Database (the backup holds the source's).
+type Account struct {
+	Name, Password string
+	Replication    bool
+}
+
+// Options describe one recovery.
+type Options struct {
+	Store storage.Store
+	// Path is the base backup's directory in the store.
+	Path string
+	// Archive is the WAL archive's prefix in the same store; "" recovers
+	// to the base backup's end (no archive).
+	Archive string
+	// RestoreCommand is the server's restore_command (wal-fetch on
+	// Archive), built by the caller: it knows where its binary lives.
+	RestoreCommand string
+	Target         Target
+	// DataDir is the data directory to create; it must not hold data.
+	DataDir string
+	// Scratch holds the download, the socket and the server's log.
+	Scratch string
+	// Superuser connects to the recovered server (local trust).
+	Superuser string
+	// Accounts get the new Database's passwords.
+	Accounts []Account
+	// Postgres is the server binary; default "postgres" on PATH.
+	Postgres string
+	Log      func(format string, args ...any)
+	// ServerLog, when set, also gets the recovering server's log (and
+	// wal-fetch's lines in it): a Job's own log then shows the replay.
+	ServerLog io.Writer
+}
+
+// Outcome is what the recovery reached.
+type Outcome struct {
+	Manifest *backup.Manifest
+	// Position is the recovered server's WAL position once promoted, and
+	// Timeline the new timeline it promoted to.
+	Position string
+	Timeline int64
+	// LastReplayed is the commit time of the last transaction replayed
+	// (zero when none was).
+	LastReplayed time.Time
+}
+
+func fail(reason, format string, args ...any) error {
+	return &backup.Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// Recover unpacks the base backup into a new data directory beside
+// DataDir, checks the target against the archive, replays to the target
+// and promotes, sets the accounts' passwords, shuts the server down
+// cleanly, and only then moves the directory to DataDir: a failure at any
+// step leaves no data directory a server would start on.
+func Recover(ctx context.Context, o Options) (*Outcome, error) {
+	logf := o.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if _, err := os.Stat(filepath.Join(o.DataDir, "PG_VERSION")); err == nil {
+		return nil, fail(backup.ReasonNotEmpty, "%s already holds a data directory: a recovery only creates a new one, nothing was changed", o.DataDir)
+	}
+	m, err := backup.ReadManifest(ctx, o.Store, o.Path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkWindow(ctx, o, m); err != nil {
+		return nil, err
+	}
+	work := o.DataDir + ".recovering"
+	if err := os.RemoveAll(work); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "clearing an earlier attempt: %w", err)
+	}
+	logf("unpacking %s into %s", o.Store.Location(o.Path), work)
+	if _, err := backup.ExtractPhysical(ctx, o.Store, o.Path, o.Scratch, work); err != nil {
+		return nil, err
+	}
+	if err := prepare(work); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "preparing %s for recovery: %w", work, err)
+	}
+	out, err := replay(ctx, o, work, logf)
+	if err != nil {
+		return nil, err
+	}
+	out.Manifest = m
+	if err := os.Rename(work, o.DataDir); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "moving the recovered data directory into place: %w", err)
+	}
+	return out, nil
+}
+
+// checkWindow refuses a target the backup and the archive cannot reach,
+// before anything is written: a time before the backup ended, or after the
+// last segment the archive holds was archived; any target without an
+// archive.
+func checkWindow(ctx context.Context, o Options, m *backup.Manifest) error {
+	t := o.Target
+	if t == (Target{}) {
+		return nil
+	}
+	if o.Archive == "" {
+		return fail(ReasonOutsideWindow, "%s has no WAL archive: it restores only to its own end, not to %s", o.Store.Location(o.Path), t)
+	}
+	if t.Time.IsZero() {
+		return nil // the server says whether it met an LSN or a name
+	}
+	if t.Time.Before(m.CompletedAt) {
+		return fail(ReasonOutsideWindow, "%s is before the base backup %s completed (%s): pick a later moment or an earlier backup",
+			t, o.Store.Location(o.Path), m.CompletedAt.UTC().Format(time.RFC3339))
+	}
+	entries, err := wal.Archive{Store: o.Store, Prefix: o.Archive}.List(ctx)
+	if err != nil {
+		return fail(backup.ReasonTargetFailed, "listing the WAL archive %s: %w", o.Store.Location(o.Archive), err)
+	}
+	var last time.Time
+	for _, e := range entries {
+		if e.Archived.After(last) {
+			last = e.Archived
+		}
+	}
+	if !t.Time.Before(last) {
+		return fail(ReasonOutsideWindow, "%s is past the end of the WAL archive %s: its last segment was archived at %s",
+			t, o.Store.Location(o.Archive), last.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// prepare makes an unpacked base backup a server that recovers: it never
+// streams from anyone (a base backup of a standby names its primary) and
+// starts in archive recovery.
+func prepare(dir string) error {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	for _, f := range []string{"standby.signal", "postmaster.pid"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	auto := filepath.Join(dir, "postgresql.auto.conf")
+	if b, err := os.ReadFile(auto); err == nil {
+		var keep []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(line, "primary_conninfo") && !strings.HasPrefix(line, "primary_slot_name") {
+				keep = append(keep, line)
+			}
+		}
+		if err := os.WriteFile(auto, []byte(strings.Join(keep, "\n")), 0o600); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "recovery.signal"), nil, 0o600)
+}
+
+// replay runs the server on dir until it promoted, then sets the
+// passwords and stops it cleanly.
+func replay(ctx context.Context, o Options, dir string, logf func(string, ...any)) (*Outcome, error) {
+	sock, err := os.MkdirTemp(o.Scratch, "sock-")
+	if err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "socket directory: %w", err)
+	}
+	defer os.RemoveAll(sock)
+	// Local connections only, through a socket in scratch, trusted: no
+	// network, and the backup's own hba rules (the source's) never apply.
+	hba := filepath.Join(sock, "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte("local all all trust\n"), 0o600); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "%w", err)
+	}
+	args := []string{"-D", dir,
+		"-c", "listen_addresses=", "-c", "unix_socket_directories=" + sock, "-c", "hba_file=" + hba,
+		// No hot standby: no client reads a half-recovered server, and
+		// settings the source ran with (max_connections...) need not match.
+		"-c", "hot_standby=off", "-c", "archive_mode=off",
+		"-c", "recovery_target_action=promote", "-c", "recovery_target_timeline=latest",
+		// The passwords set below never reach the log.
+		"-c", "log_statement=none", "-c", "log_min_error_statement=panic", "-c", "logging_collector=off",
+	}
+	if o.RestoreCommand != "" {
+		args = append(args, "-c", "restore_command="+o.RestoreCommand)
+	}
+	for _, s := range o.Target.settings() {
+		args = append(args, "-c", s)
+	}
+	logFile := filepath.Join(o.Scratch, "recovery.log")
+	lf, err := os.Create(logFile)
+	if err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "%w", err)
+	}
+	defer lf.Close()
+	bin := o.Postgres
+	if bin == "" {
+		bin = "postgres"
+	}
+	cmd := exec.Command(bin, args...)
+	var w io.Writer = lf
+	if o.ServerLog != nil {
+		w = io.MultiWriter(lf, o.ServerLog)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	logf("replaying the WAL archive to %s", o.Target)
+	if err := cmd.Start(); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "starting %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			<-exited
+		}
+	}()
+	conn, err := waitPromoted(ctx, o.Superuser, sock, exited, logFile)
+	if err != nil {
+		stopped = true // waitPromoted saw it exit, or the context ended
+		if ctx.Err() == nil {
+			return nil, err
+		}
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		<-exited
+		return nil, fail(ReasonRecoveryFailed, "the recovery did not end in time: %w\n%s", ctx.Err(), tail(logFile, 10))
+	}
+	out, err := finish(ctx, conn, o.Accounts)
+	_ = conn.Close(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	// A clean shutdown: the data directory starts without crash recovery.
+	stopped = true
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		if err != nil {
+			return nil, fail(ReasonRecoveryFailed, "the recovered server did not shut down cleanly: %w\n%s", err, tail(logFile, 10))
+		}
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		<-exited
+		return nil, fail(ReasonRecoveryFailed, "the recovered server did not shut down in time")
+	}
+	logf("recovered to %s: position %s on timeline %d", o.Target, out.Position, out.Timeline)
+	return out, nil
+}
+
+// waitPromoted connects once the server left recovery (with hot standby
+// off it takes no connection before). A server that exits first failed
+// its recovery: its log says why.
+func waitPromoted(ctx context.Context, user, sock string, exited <-chan error, logFile string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig("dbname=postgres")
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host, cfg.Port, cfg.User = sock, 5432, user
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return nil, fail(ReasonRecoveryFailed, "the server stopped before the recovery ended (%v); nothing was kept:\n%s", err, tail(logFile, 8))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		conn, err := pgx.ConnectConfig(cctx, cfg)
+		cancel()
+		if err != nil {
+			continue
+		}
+		var inRecovery bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err == nil && !inRecovery {
+			return conn, nil
+		}
+		_ = conn.Close(ctx)
+	}
+}
+
+// finish reads where the recovery ended and gives the accounts their new
+// passwords (the statements are not logged: log_statement is none).
+func finish(ctx context.Context, conn *pgx.Conn, accounts []Account) (*Outcome, error) {
+	out := &Outcome{}
+	for _, a := range accounts {
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", a.Name).Scan(&exists); err != nil {
+			return nil, fail(ReasonRecoveryFailed, "reading role %s: %w", a.Name, err)
+		}
+		verb, attrs := "ALTER", " LOGIN"
+		if !exists {
+			verb = "CREATE"
+		}
+		if a.Replication {
+			attrs += " REPLICATION"
+		}
+		stmt := fmt.Sprintf("%s ROLE %s WITH%s PASSWORD %s", verb, pgx.Identifier{a.Name}.Sanitize(), attrs, quoteLiteral(a.Password))
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return nil, fail(ReasonRecoveryFailed, "setting the password of role %s: %w", a.Name, err)
+		}
+	}
+	// The checkpoint records the new timeline in the control file.
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return nil, fail(ReasonRecoveryFailed, "checkpoint after the recovery: %w", err)
+	}
+	var last *time.Time
+	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, (SELECT timeline_id FROM pg_control_checkpoint()), pg_last_xact_replay_timestamp()`).
+		Scan(&out.Position, &out.Timeline, &last)
+	if err != nil {
+		return nil, fail(ReasonRecoveryFailed, "reading the recovered position: %w", err)
+	}
+	if last != nil {
+		out.LastReplayed = *last
+	}
+	return out, nil
+}
+
+// quoteLiteral quotes a string for SQL (standard_conforming_strings is on
+// since PostgreSQL 9.1).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// tail is the last n lines of the server's log that say what went wrong
+// (FATAL, PANIC, ERROR, and wal-fetch's own CORRUPT ARCHIVE), for an error
+// message.
+func tail(file string, n int) string {
+	f, err := os.Open(file)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, "FATAL") && !strings.Contains(line, "PANIC") && !strings.Contains(line, "ERROR") && !strings.Contains(line, "CORRUPT ARCHIVE") {
+			continue
+		}
+		lines = append(lines, line)
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
