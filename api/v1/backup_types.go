@@ -211,6 +211,7 @@ type SecretKeyRef struct {
 // read-write endpoint. Restoring into a new Database is also how a database
 // is cloned.
 // +kubebuilder:validation:XValidation:rule="has(self.backup) != has(self.source)",message="bootstrap needs exactly one of backup (a Backup's name) or source (a backup's location)"
+// +kubebuilder:validation:XValidation:rule="!has(self.recoveryTarget) || has(self.backup)",message="a recovery target needs bootstrap.backup: the Backup records the WAL archive to replay",fieldPath=.recoveryTarget
 type BootstrapSpec struct {
 	// Backup names a completed Backup in this namespace.
 	// +optional
@@ -340,6 +341,7 @@ const (
 	ReasonWaitingForPrevious = "WaitingForPreviousBackup"
 	ReasonDatabaseRestoring  = "DatabaseRestoring"
 	ReasonJobCreateFailed    = "JobCreateFailed"
+	ReasonMethodUnsupported  = "MethodUnsupported"
 )
 
 // Finished reports whether the phase is final.

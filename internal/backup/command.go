@@ -54,6 +54,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	})
 	fs.StringVar(&o.Name, "name", "", "the Backup's name")
 	fs.StringVar(&o.Instance, "instance", "", "the pod backed up")
+	fs.StringVar(&o.Method, "method", MethodLogical, "logical (dumps) or physical (pg_basebackup; PostgreSQL)")
 	fs.IntVar(&o.Retention.KeepLast, "keep-last", 0, "keep at most this many completed backups (0: no bound)")
 	fs.StringVar(&maxAge, "max-age", "", "delete completed backups older than this (30d, 12h, 2w)")
 	fs.StringVar(&resultFile, "result-file", "/dev/termination-log", "where the result goes (JSON)")

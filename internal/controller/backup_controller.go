@@ -23,6 +23,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/wal"
 )
 
 // +kubebuilder:rbac:groups=example.com,resources=backups,verbs=list;watch;create;delete,namespace=system
@@ -112,6 +113,19 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 	return r.observeJob(ctx, b, db, job, st)
 }
 
+// backupMethod is how b is taken: its spec.method, else Physical for a
+// PostgreSQL Database that archives its WAL (a base backup the archive
+// extends to any later moment), else Logical.
+func backupMethod(b *dbv1.Backup, db *dbv1.Database) dbv1.BackupMethod {
+	switch {
+	case b.Spec.Method != "":
+		return b.Spec.Method
+	case db.Spec.Engine == dbv1.EnginePostgreSQL && db.Spec.Backup.Archiving():
+		return dbv1.BackupPhysical
+	}
+	return dbv1.BackupLogical
+}
+
 // deadline is how long a backup of db may run.
 func deadline(b *dbv1.Backup, db *dbv1.Database) int64 {
 	switch {
@@ -125,6 +139,13 @@ func deadline(b *dbv1.Backup, db *dbv1.Database) int64 {
 
 // start creates the backup Job once nothing stands in its way.
 func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.Database, st *dbv1.BackupStatus) (ctrl.Result, error) {
+	// Known before the Job: a recovery from this Backup waits for it
+	// before any pod starts.
+	st.Method = backupMethod(b, db)
+	if st.Method == dbv1.BackupPhysical && db.Spec.Engine != dbv1.EnginePostgreSQL {
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonMethodUnsupported, fmt.Sprintf("a physical backup copies a PostgreSQL data directory (pg_basebackup); for %s only Logical is built so far", db.Spec.Engine))
+		return ctrl.Result{}, nil
+	}
 	if !restoreDone(db) {
 		// Partial data is no backup, and its retention could delete the
 		// backup being restored.
@@ -171,6 +192,13 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		}
 		if p.Retention.MaxAge != "" {
 			args = append(args, "--max-age="+p.Retention.MaxAge)
+		}
+	}
+	if st.Method == dbv1.BackupPhysical {
+		args = append(args, "--method="+backup.MethodPhysical)
+		if db.Spec.Backup.Archiving() && b.Spec.Target == nil {
+			// In the same target: a recovery replays it from this backup on.
+			st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
 		}
 	}
 	job, err := buildJob(jobRequest{name: b.Name, component: componentBackup, db: db, instance: pod, target: target,

@@ -159,12 +159,7 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 		mounts = append(mounts, corev1.VolumeMount{Name: "scratch", MountPath: jobScratchDir})
 		volumes = append(volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
-	restricted := &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true),
-		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
-	resources := corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}
+	restricted, resources := jobSecurityContext(), jobResources()
 
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: req.name, Namespace: db.Namespace, Labels: labels},
@@ -196,6 +191,19 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 		},
 	}
 	return job, nil
+}
+
+// jobSecurityContext is every Job container's: restricted, read-only root.
+func jobSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+func jobResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}}
 }
 
 // databaseContainerName is the chart's server container (the agent's).

@@ -126,6 +126,9 @@ func (r *DatabaseReconciler) keptClaims(ctx context.Context, db *dbv1.Database) 
 		// Timestamps have a second's resolution: a claim of the same second
 		// as the Database counts (before its StatefulSet exists, no claim
 		// can be its own).
+		if pvc.Annotations[recoveryClaimAnnotation] == string(db.UID) {
+			continue // made by this Database's recovery
+		}
 		if pvc.DeletionTimestamp.IsZero() && isVolumeOf(db, pvc) && !pvc.CreationTimestamp.After(db.CreationTimestamp.Time) {
 			kept = append(kept, pvc.Name)
 		}

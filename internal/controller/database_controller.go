@@ -146,6 +146,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		{"KeptVolumes", r.reconcileKeptVolumes, true},
 		// Before Apply: pods that archive to the default volume mount its claim.
 		{"ArchiveTarget", r.reconcileArchiveTarget, false},
+		// Before Apply: a point-in-time recovery makes the first instance's
+		// data before any pod starts.
+		{"Recovery", r.reconcileRecovery, true},
 		{"Apply", r.reconcileObjects, true},
 		// Before Failover: a rollout restarting the primary is not a failure.
 		{"Observe", r.observeStatefulSet, true},

@@ -60,6 +60,9 @@ type observed struct {
 	// the Restored condition to set.
 	restoring bool
 	restored  *metav1.Condition
+	// physicalRestore: the bootstrap is a physical recovery, before the
+	// pods (the Recovery phase's, not the Restore phase's).
+	physicalRestore bool
 
 	// instances are the reconcile's connections to the servers (nil
 	// without an InstanceConnector).

@@ -40,6 +40,11 @@ const (
 	// last applied, so a render that drops a field (which the live object
 	// would still carry) is noticed.
 	appliedHashAnnotation = "database.example.com/applied-hash"
+	// recoveryClaimAnnotation, on the first instance's claim made for a
+	// point-in-time recovery before the StatefulSet, is the Database's
+	// UID: that claim is the Database's own, never one kept from an
+	// earlier Database of the name.
+	recoveryClaimAnnotation = "database.example.com/recovery-for"
 	// appliedPasswordAnnotation, on the application and replication
 	// Secrets, is a hash of
 	// the password last set on the server: a changed password in the

@@ -1,0 +1,402 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/pitr"
+	"example.com/database-operator/internal/engine"
+)
+
+// A point-in-time recovery (spec.bootstrap from a physical Backup) runs
+// before the new Database's pods exist: a Job on the first instance's
+// volume unpacks the base backup, replays the WAL archive to the target in
+// a server of its own, promotes it, gives the accounts the new Database's
+// passwords and shuts it down cleanly (pitr.Recover). Only then is the
+// chart applied: the first pod starts on a data directory like any other,
+// and the replicas clone it. Nothing before that is a server a client
+// could reach, and a failed recovery leaves no data a server would start
+// on: the Database stays Failed with the reason, pods never start, and
+// the backup and the archive are only read.
+
+// physicalBootstrap reports whether spec.bootstrap restores a physical
+// backup: a recovery target, or a Backup taken (or to be taken) physical.
+func (r *DatabaseReconciler) physicalBootstrap(ctx context.Context, db *dbv1.Database) (bool, error) {
+	bs := db.Spec.Bootstrap
+	if bs == nil || db.Spec.Engine != dbv1.EnginePostgreSQL {
+		return false, nil
+	}
+	if bs.RecoveryTarget != nil {
+		return true, nil
+	}
+	if bs.Backup == nil {
+		return false, nil
+	}
+	b := &dbv1.Backup{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: bs.Backup.Name}, b); {
+	case apierrors.IsNotFound(err):
+		return false, nil // the Restore phase waits for it and says so
+	case err != nil:
+		return false, fmt.Errorf("reading Backup %s: %w", bs.Backup.Name, err)
+	}
+	return b.Status.Method == dbv1.BackupPhysical || b.Spec.Method == dbv1.BackupPhysical, nil
+}
+
+// reconcileRecovery carries out a physical bootstrap; until it succeeded
+// the phases after it (the chart's objects, the pods) do not run.
+func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Database, obs *observed) error {
+	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
+	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept) {
+		return nil
+	}
+	physical, err := r.physicalBootstrap(ctx, db)
+	if err != nil || !physical {
+		return err
+	}
+	obs.physicalRestore, obs.restoring = true, true
+	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
+		obs.restored, obs.halt = cond, true
+		return nil
+	}
+	set := func(status metav1.ConditionStatus, reason, msg string) {
+		obs.restored = &metav1.Condition{Type: dbv1.ConditionRestored, Status: status, Reason: reason, Message: msg}
+	}
+	failed := func(msg string) {
+		set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, msg)
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Recover", "%s", msg)
+		obs.halt = true
+	}
+	if kept := db.Annotations[keptVolumesAnnotation]; kept != "" {
+		// Over volumes kept from an earlier Database of this name: their
+		// data stands, as a logical restore would leave it.
+		msg := fmt.Sprintf("the backup was not recovered: volumes kept from an earlier Database of this name (%s) hold data, which is kept", kept)
+		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, msg)
+		obs.physicalRestore, obs.restoring = false, false
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Recover", "%s", msg)
+		return nil
+	}
+
+	src, err := r.restoreSource(ctx, db)
+	var waiting *waitingForBackup
+	var unusable *unusableBackup
+	switch {
+	case errors.As(err, &waiting):
+		set(metav1.ConditionFalse, dbv1.ReasonWaitingForBackup, waiting.Error())
+		obs.requeueWithin(10 * time.Second)
+		obs.halt = true
+		return nil
+	case errors.As(err, &unusable):
+		failed(unusable.Error())
+		return nil
+	case err != nil:
+		return fmt.Errorf("resolving the backup to recover: %w", err)
+	}
+	if why := recoveryRefusal(db, src.backup, r.now()); why != "" {
+		failed(why)
+		return nil
+	}
+	if src.backup.Status.Method != dbv1.BackupPhysical {
+		// A logical Backup without a recovery target: the Restore phase
+		// loads it into the running primary.
+		obs.physicalRestore, obs.restoring = false, false
+		return nil
+	}
+
+	job := &batchv1.Job{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: restoreJobName(db)}, job)
+	switch {
+	case apierrors.IsNotFound(err):
+		msg, err := r.startRecovery(ctx, db, src)
+		var refused *unusableBackup
+		switch {
+		case errors.As(err, &refused):
+			failed(refused.Error())
+			return nil
+		case err != nil:
+			return err
+		}
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, msg)
+		obs.halt = true
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the recovery Job: %w", err)
+	case !metav1.IsControlledBy(job, db):
+		failed(fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
+		return nil
+	}
+	out, err := readJobOutcome(ctx, r.APIReader, job, componentRestore, "recovery", r.now())
+	switch {
+	case err != nil:
+		return err
+	case out.running:
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("recovery Job %s is unpacking %s and replaying the WAL archive to %s", job.Name, src.path, targetOf(db)))
+		obs.halt = true
+		return nil
+	case out.resultPending:
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, "waiting for the recovery Job's result")
+		obs.requeueWithin(2 * time.Second)
+		obs.halt = true
+		return nil
+	case out.reported && out.result.Reason == backup.ReasonNotEmpty:
+		msg := fmt.Sprintf("the backup %s was not recovered: %s", src.path, out.result.Message)
+		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, msg)
+		obs.physicalRestore, obs.restoring = false, false
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Recover", "%s", msg)
+		return nil
+	case out.succeeded():
+		// The chart is applied in this same reconcile: the pods start on
+		// the recovered data.
+		msg := fmt.Sprintf("%s (base backup %s, checksums verified)", out.result.Message, out.result.Location)
+		set(metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded, msg)
+		obs.restoring = false
+		r.event(db, corev1.EventTypeNormal, dbv1.ReasonRestoreSucceeded, "Recover", "%s", msg)
+		log.FromContext(ctx).Info("recovered", "backup", src.path, "result", out.result.Message)
+		return nil
+	}
+	failed(fmt.Sprintf("recovering %s to %s failed: %s: %s; the backup and the archive are untouched and no pod was started: fix the cause and recreate the Database",
+		src.path, targetOf(db), out.reason, out.message))
+	return nil
+}
+
+// targetOf says where db's recovery stops.
+func targetOf(db *dbv1.Database) string {
+	return recoveryTarget(db.Spec.Bootstrap.RecoveryTarget).String()
+}
+
+func recoveryTarget(t *dbv1.RecoveryTarget) pitr.Target {
+	if t == nil {
+		return pitr.Target{}
+	}
+	out := pitr.Target{LSN: t.LSN, Name: t.Name}
+	if t.Time != nil {
+		out.Time = t.Time.Time
+	}
+	return out
+}
+
+// recoveryRefusal is why db's recovery target cannot be reached from b,
+// known before anything is made; "" when it may be (the recovery Job
+// checks the archive's end).
+func recoveryRefusal(db *dbv1.Database, b *dbv1.Backup, now time.Time) string {
+	t := db.Spec.Bootstrap.RecoveryTarget
+	if t == nil {
+		return ""
+	}
+	switch {
+	case b == nil:
+		return "a recovery target needs bootstrap.backup: a Backup records the WAL archive to replay"
+	case b.Status.Method != dbv1.BackupPhysical:
+		return fmt.Sprintf("Backup %s is a logical backup (dumps): a recovery target needs a physical one (method Physical)", b.Name)
+	case b.Status.ArchivePath == "":
+		return fmt.Sprintf("Backup %s has no WAL archive (its Database did not archive, or it went to another target): it restores only to its own end; remove recoveryTarget for that", b.Name)
+	case t.Time != nil && b.Status.CompletedAt != nil && t.Time.Before(b.Status.CompletedAt):
+		return fmt.Sprintf("recovery target %s is before Backup %s completed (%s): pick a later moment or an earlier Backup",
+			t.Time.UTC().Format(time.RFC3339), b.Name, b.Status.CompletedAt.UTC().Format(time.RFC3339))
+	case t.Time != nil && t.Time.After(now):
+		return fmt.Sprintf("recovery target %s is in the future", t.Time.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
+// startRecovery makes the first instance's volume and the Job that
+// recovers onto it; it returns the condition's message. An
+// *unusableBackup says why it cannot.
+func (r *DatabaseReconciler) startRecovery(ctx context.Context, db *dbv1.Database, src restoreFrom) (string, error) {
+	if err := checkTarget(ctx, r.APIReader, db.Namespace, src.target); err != nil {
+		return "", &unusableBackup{err.Error()}
+	}
+	sts, err := r.renderedStatefulSet(db)
+	if err != nil {
+		return "", err
+	}
+	claim, err := r.ensureRecoveryClaim(ctx, db, sts)
+	if err != nil {
+		return "", err
+	}
+	job, err := recoveryJob(db, sts, claim, src, r.Values.OperatorImage)
+	if err != nil {
+		return "", &unusableBackup{err.Error()}
+	}
+	if err := controllerutil.SetControllerReference(db, job, r.Scheme); err != nil {
+		return "", err
+	}
+	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating the recovery Job: %w", err)
+	}
+	r.event(db, corev1.EventTypeNormal, "RecoveryStarted", "Recover", "Recovering %s to %s onto %s", src.path, targetOf(db), claim)
+	return fmt.Sprintf("recovery Job %s started: unpacking %s onto %s and replaying the WAL archive to %s", job.Name, src.path, claim, targetOf(db)), nil
+}
+
+// renderedStatefulSet is the StatefulSet the chart renders for db: the
+// recovery's volume and pod are the first instance's.
+func (r *DatabaseReconciler) renderedStatefulSet(db *dbv1.Database) (*appsv1.StatefulSet, error) {
+	objs, err := desiredObjects(r.Chart, db, r.Values)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if o.GetKind() != "StatefulSet" {
+			continue
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, sts); err != nil {
+			return nil, fmt.Errorf("reading the rendered StatefulSet: %w", err)
+		}
+		return sts, nil
+	}
+	return nil, fmt.Errorf("the chart rendered no StatefulSet")
+}
+
+// ensureRecoveryClaim makes the first instance's claim as the
+// StatefulSet would (which then takes it as its own), marked as made for
+// this Database's recovery: never taken for a volume kept from an earlier
+// Database. A claim of that name made by anything else is refused.
+func (r *DatabaseReconciler) ensureRecoveryClaim(ctx context.Context, db *dbv1.Database, sts *appsv1.StatefulSet) (string, error) {
+	var tmpl *corev1.PersistentVolumeClaim
+	for i := range sts.Spec.VolumeClaimTemplates {
+		if sts.Spec.VolumeClaimTemplates[i].Name == volumeClaimTemplate {
+			tmpl = &sts.Spec.VolumeClaimTemplates[i]
+		}
+	}
+	if tmpl == nil {
+		return "", fmt.Errorf("the rendered StatefulSet has no %q volume claim template", volumeClaimTemplate)
+	}
+	name := fmt.Sprintf("%s-%s-0", volumeClaimTemplate, sts.Name)
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pvc); {
+	case err == nil:
+		if pvc.Annotations[recoveryClaimAnnotation] != string(db.UID) {
+			return "", &unusableBackup{fmt.Sprintf("a claim named %s exists that this recovery did not make: nothing is recovered over it (delete it, or recreate the Database without bootstrap to keep its data)", name)}
+		}
+		return name, nil
+	case !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("reading claim %s: %w", name, err)
+	}
+	labels := map[string]string{}
+	for k, v := range tmpl.Labels {
+		labels[k] = v
+	}
+	for k, v := range sts.Spec.Selector.MatchLabels {
+		labels[k] = v
+	}
+	pvc = &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels,
+			Annotations: map[string]string{recoveryClaimAnnotation: string(db.UID)}},
+		Spec: *tmpl.Spec.DeepCopy(),
+	}
+	if err := r.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("creating claim %s for the recovery: %w", name, err)
+	}
+	return name, nil
+}
+
+// recoveryJob runs the manager's recover command in the database image,
+// as the database container runs, on the first instance's claim mounted
+// where that container mounts it.
+func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src restoreFrom, operatorImage string) (*batchv1.Job, error) {
+	if operatorImage == "" {
+		return nil, fmt.Errorf("the operator's image is unknown (set RELATED_IMAGE_MANAGER on the operator): the recovery Job runs its binary")
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: sts.Name + "-0"}, Spec: *sts.Spec.Template.Spec.DeepCopy()}
+	container := databaseContainer(pod)
+	if container == nil {
+		return nil, fmt.Errorf("the rendered StatefulSet has no %s container", databaseContainerName)
+	}
+	var pgdata, mountPath string
+	for _, e := range container.Env {
+		if e.Name == "PGDATA" {
+			pgdata = e.Value
+		}
+	}
+	for _, m := range container.VolumeMounts {
+		if m.Name == volumeClaimTemplate {
+			mountPath = m.MountPath
+		}
+	}
+	if pgdata == "" || mountPath == "" {
+		return nil, fmt.Errorf("the rendered database container has no PGDATA or no %s mount", volumeClaimTemplate)
+	}
+	tp := targetForPod(src.target, db)
+	args := append([]string{"recover"}, tp.args...)
+	args = append(args, "--path="+src.path, "--pgdata="+pgdata, "--scratch="+jobScratchDir,
+		"--user="+engine.ProfileOf(db.Spec.Engine).Superuser, "--replication-user="+engine.ReplicationUser, "--result-file="+jobResultFile)
+	if archive := src.backup.Status.ArchivePath; archive != "" {
+		fetch := append(append([]string{jobBinary, "wal-fetch"}, tp.args...), "--prefix="+archive)
+		args = append(args, "--archive="+archive, "--restore-command="+shellJoin(fetch)+" %f %p")
+	}
+	if t := db.Spec.Bootstrap.RecoveryTarget; t != nil {
+		switch {
+		case t.Time != nil:
+			args = append(args, "--target-time="+t.Time.UTC().Format(time.RFC3339Nano))
+		case t.LSN != "":
+			args = append(args, "--target-lsn="+t.LSN)
+		case t.Name != "":
+			args = append(args, "--target-name="+t.Name)
+		}
+	}
+	env := append([]corev1.EnvVar{
+		secretEnv(pitr.EnvSuperuserPassword, credentialsSecretName(db), corev1.BasicAuthPasswordKey),
+		secretEnv(pitr.EnvReplicationPassword, replicationSecretName(db), corev1.BasicAuthPasswordKey),
+	}, tp.env...)
+	mounts := append([]corev1.VolumeMount{
+		{Name: "bin", MountPath: jobBinDir, ReadOnly: true}, {Name: "tmp", MountPath: "/tmp"},
+		{Name: "scratch", MountPath: jobScratchDir}, {Name: volumeClaimTemplate, MountPath: mountPath},
+	}, tp.mounts...)
+	volumes := append([]corev1.Volume{
+		{Name: "bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: volumeClaimTemplate, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
+	}, tp.volumes...)
+	labels := map[string]string{
+		labelName: JobAppName, labelInstance: db.Name, labelManagedBy: managedBy,
+		labelComponent: componentRestore, labelDatabase: db.Name,
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: restoreJobName(db), Namespace: db.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			// One attempt: a failed recovery is reported; the user decides
+			// (another target, another backup) and recreates the Database.
+			BackoffLimit:          ptr.To(int32(0)),
+			ActiveDeadlineSeconds: ptr.To(6 * defaultDeadline),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					SecurityContext:              pod.Spec.SecurityContext,
+					ImagePullSecrets:             pod.Spec.ImagePullSecrets,
+					NodeSelector:                 pod.Spec.NodeSelector,
+					Tolerations:                  pod.Spec.Tolerations,
+					InitContainers: []corev1.Container{{
+						Name: "operator-binary", Image: operatorImage, Command: []string{"/manager", "copy-binary", jobBinary},
+						VolumeMounts:    []corev1.VolumeMount{{Name: "bin", MountPath: jobBinDir}},
+						SecurityContext: jobSecurityContext(), Resources: jobResources(),
+					}},
+					Containers: []corev1.Container{{
+						Name: componentRestore, Image: container.Image, Command: []string{jobBinary}, Args: args,
+						Env: env, VolumeMounts: mounts, SecurityContext: jobSecurityContext(), Resources: container.Resources,
+						TerminationMessagePath: jobResultFile, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+					}},
+					Volumes: volumes,
+				},
+			},
+		},
+	}, nil
+}
