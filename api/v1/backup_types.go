@@ -1,8 +1,10 @@
 package v1
 
 import (
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -237,8 +239,13 @@ type BootstrapSpec struct {
 // +kubebuilder:validation:XValidation:rule="(has(self.time) ? 1 : 0) + (has(self.lsn) ? 1 : 0) + (has(self.name) ? 1 : 0) <= 1",message="a recovery target is one of time, lsn or name"
 type RecoveryTarget struct {
 	// Time: every transaction committed before it is restored, none after.
+	// RFC 3339, with fractions of a second where they matter
+	// (2026-12-07T00:01:26.412Z): a metav1.Time would keep whole seconds
+	// only, and lose what was committed in the last one.
 	// +optional
-	Time *metav1.Time `json:"time,omitempty"`
+	// +kubebuilder:validation:Format=date-time
+	// +kubebuilder:validation:MaxLength=64
+	Time string `json:"time,omitempty"`
 	// LSN: replay up to this WAL position (as pg_current_wal_lsn() prints it).
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`
@@ -295,6 +302,18 @@ type BackupSpec struct {
 	// +kubebuilder:validation:Maximum=604800
 	// +optional
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
+}
+
+// ParsedTime is Time as a time; zero when it is unset.
+func (t *RecoveryTarget) ParsedTime() (time.Time, error) {
+	if t == nil || t.Time == "" {
+		return time.Time{}, nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, t.Time)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("recoveryTarget.time %q is not an RFC 3339 time (2026-12-07T00:01:26.412Z): %w", t.Time, err)
+	}
+	return at, nil
 }
 
 // BackupMethod is how a backup is taken.

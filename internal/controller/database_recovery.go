@@ -176,18 +176,12 @@ func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Dat
 
 // targetOf says where db's recovery stops.
 func targetOf(db *dbv1.Database) string {
-	return recoveryTarget(db.Spec.Bootstrap.RecoveryTarget).String()
-}
-
-func recoveryTarget(t *dbv1.RecoveryTarget) pitr.Target {
+	t := db.Spec.Bootstrap.RecoveryTarget
 	if t == nil {
-		return pitr.Target{}
+		return pitr.Target{}.String()
 	}
-	out := pitr.Target{LSN: t.LSN, Name: t.Name}
-	if t.Time != nil {
-		out.Time = t.Time.Time
-	}
-	return out
+	at, _ := t.ParsedTime() // refused before any Job when it does not parse
+	return pitr.Target{Time: at, LSN: t.LSN, Name: t.Name}.String()
 }
 
 // recoveryRefusal is why db's recovery target cannot be reached from b,
@@ -198,6 +192,10 @@ func recoveryRefusal(db *dbv1.Database, b *dbv1.Backup, now time.Time) string {
 	if t == nil {
 		return ""
 	}
+	at, err := t.ParsedTime()
+	if err != nil {
+		return err.Error()
+	}
 	switch {
 	case b == nil:
 		return "a recovery target needs bootstrap.backup: a Backup records the WAL archive to replay"
@@ -205,11 +203,11 @@ func recoveryRefusal(db *dbv1.Database, b *dbv1.Backup, now time.Time) string {
 		return fmt.Sprintf("Backup %s is a logical backup (dumps): a recovery target needs a physical one (method Physical)", b.Name)
 	case b.Status.ArchivePath == "":
 		return fmt.Sprintf("Backup %s has no WAL archive (its Database did not archive, or it went to another target): it restores only to its own end; remove recoveryTarget for that", b.Name)
-	case t.Time != nil && b.Status.CompletedAt != nil && t.Time.Before(b.Status.CompletedAt):
+	case !at.IsZero() && b.Status.CompletedAt != nil && at.Before(b.Status.CompletedAt.Time):
 		return fmt.Sprintf("recovery target %s is before Backup %s completed (%s): pick a later moment or an earlier Backup",
-			t.Time.UTC().Format(time.RFC3339), b.Name, b.Status.CompletedAt.UTC().Format(time.RFC3339))
-	case t.Time != nil && t.Time.After(now):
-		return fmt.Sprintf("recovery target %s is in the future", t.Time.UTC().Format(time.RFC3339))
+			t.Time, b.Name, b.Status.CompletedAt.UTC().Format(time.RFC3339))
+	case at.After(now):
+		return fmt.Sprintf("recovery target %s is in the future", t.Time)
 	}
 	return ""
 }
@@ -342,8 +340,8 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 	}
 	if t := db.Spec.Bootstrap.RecoveryTarget; t != nil {
 		switch {
-		case t.Time != nil:
-			args = append(args, "--target-time="+t.Time.UTC().Format(time.RFC3339Nano))
+		case t.Time != "":
+			args = append(args, "--target-time="+t.Time)
 		case t.LSN != "":
 			args = append(args, "--target-lsn="+t.LSN)
 		case t.Name != "":

@@ -50,8 +50,8 @@ func recoveringDB(target *dbv1.RecoveryTarget) *dbv1.Database {
 // recovery keeps the pods from ever starting on an empty data directory.
 func TestRecoveryBeforeThePods(t *testing.T) {
 	ctx := context.Background()
-	at := metav1.NewTime(time.Now().Add(-30 * time.Minute).Truncate(time.Second))
-	db := recoveringDB(&dbv1.RecoveryTarget{Time: &at})
+	at := time.Now().Add(-30 * time.Minute).UTC().Format(time.RFC3339Nano)
+	db := recoveringDB(&dbv1.RecoveryTarget{Time: at})
 	writes := 0
 	r, c := newFakeReconciler(t, &writes, db, physicalBackup())
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
@@ -92,7 +92,7 @@ func TestRecoveryBeforeThePods(t *testing.T) {
 	args := strings.Join(job.Spec.Template.Spec.Containers[0].Args, " ")
 	for _, want := range []string{"recover ", "--path=shop/orders/base", "--archive=shop/orders/_wal/uid-1",
 		"--restore-command=" + jobBinary + " wal-fetch --dir=" + jobBackupsDir + " --prefix=shop/orders/_wal/uid-1 %f %p",
-		"--target-time=" + at.UTC().Format(time.RFC3339Nano), "--replication-user="} {
+		"--target-time=" + at, "--replication-user="} {
 		if !strings.Contains(args, want) {
 			t.Errorf("recovery Job args %q lack %q", args, want)
 		}
@@ -164,19 +164,20 @@ func TestRecoveryFailureKeepsPodsAway(t *testing.T) {
 // refused with the reason before any claim or Job is made.
 func TestRecoveryRefusedBeforeAnything(t *testing.T) {
 	ctx := context.Background()
-	early := metav1.NewTime(time.Now().Add(-2 * time.Hour))
-	later := metav1.NewTime(time.Now().Add(time.Hour))
-	now := metav1.NewTime(time.Now().Add(-time.Minute))
+	early := time.Now().Add(-2 * time.Hour).Format(time.RFC3339Nano)
+	later := time.Now().Add(time.Hour).Format(time.RFC3339Nano)
+	now := time.Now().Add(-time.Minute).Format(time.RFC3339Nano)
 	for _, tt := range []struct {
 		name   string
 		target *dbv1.RecoveryTarget
 		backup *dbv1.Backup
 		want   string
 	}{
-		{"before the backup completed", &dbv1.RecoveryTarget{Time: &early}, physicalBackup(), "before Backup base completed"},
-		{"in the future", &dbv1.RecoveryTarget{Time: &later}, physicalBackup(), "in the future"},
-		{"a logical backup", &dbv1.RecoveryTarget{Time: &now}, physicalBackup(func(b *dbv1.Backup) { b.Status.Method = dbv1.BackupLogical }), "logical backup"},
+		{"before the backup completed", &dbv1.RecoveryTarget{Time: early}, physicalBackup(), "before Backup base completed"},
+		{"in the future", &dbv1.RecoveryTarget{Time: later}, physicalBackup(), "in the future"},
+		{"a logical backup", &dbv1.RecoveryTarget{Time: now}, physicalBackup(func(b *dbv1.Backup) { b.Status.Method = dbv1.BackupLogical }), "logical backup"},
 		{"no archive", &dbv1.RecoveryTarget{LSN: "0/3000000"}, physicalBackup(func(b *dbv1.Backup) { b.Status.ArchivePath = "" }), "has no WAL archive"},
+		{"a time that is none", &dbv1.RecoveryTarget{Time: "yesterday noon"}, physicalBackup(), "is not an RFC 3339 time"},
 		{"a failed backup", &dbv1.RecoveryTarget{Name: "before-migration"}, physicalBackup(func(b *dbv1.Backup) { b.Status.Phase = dbv1.BackupFailed }), "cannot be restored"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/jackc/pgx/v5"
+
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/tests/utils/testservers"
@@ -130,35 +132,152 @@ func TestContinuousArchiving(t *testing.T) {
 	}
 }
 
-// TestContinuousArchivingToAVolume: archiving to the default volume target
-// creates its claim before the pods start (they mount it), and the
-// primary's server archives there: ContinuousArchiving names the segment
-// it just closed.
-func TestContinuousArchivingToAVolume(t *testing.T) {
-	t.Parallel() // its own Database: see parallel in main_test.go
+// TestPointInTimeRecovery: a PostgreSQL Database archives its WAL to the
+// default volume target (its claim made before the pods, which mount it;
+// ContinuousArchiving names the segment just closed) and takes a Backup,
+// physical by default when archiving. Writers insert rows on a session of
+// their own; the test notes a moment T on the server's clock, the writers
+// go on, a table is dropped. A new Database bootstrapped from the Backup
+// with recoveryTarget T is recovered by a Job before its pods exist, then
+// runs with two instances (the replica clones the recovered primary with
+// the new Database's replication password): every row acknowledged before
+// T is there, none sent after, and the dropped table is back.
+func TestPointInTimeRecovery(t *testing.T) {
+	t.Parallel() // its own Databases: see parallel in main_test.go
 	ctx := context.Background()
-	db := createDatabase(t, "archvol", dbv1.EnginePostgreSQL, "15", 1, func(db *dbv1.Database) {
+	db := createDatabase(t, "pitr", dbv1.EnginePostgreSQL, "15", 1, func(db *dbv1.Database) {
 		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
 	})
+	ns := db.Namespace
 	db = waitRunning(t, db, 1, 5*time.Minute)
 	user, password := credentials(t, db)
 	c := pgRW(t, db, user, password)
-	var seg string
-	if err := c.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&seg); err != nil {
+	if _, err := c.Exec(ctx, `CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE TABLE doomed (id int); INSERT INTO doomed VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, seg+" archived to the volume", func() string {
-		for _, cond := range k8sDatabase(t, db).Status.Conditions {
-			if cond.Type == dbv1.ConditionContinuousArchiving {
-				if cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, "archived "+seg) {
-					return ""
-				}
-				return fmt.Sprintf("%s %s: %s", cond.Status, cond.Reason, cond.Message)
-			}
+	switchArchived := func() string {
+		t.Helper()
+		var seg string
+		if err := c.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&seg); err != nil {
+			t.Fatal(err)
 		}
-		return "no ContinuousArchiving condition"
-	})
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name + "-backups"}, &corev1.PersistentVolumeClaim{}); err != nil {
+		eventually(t, 2*time.Minute, seg+" archived to the volume", func() string {
+			for _, cond := range k8sDatabase(t, db).Status.Conditions {
+				if cond.Type == dbv1.ConditionContinuousArchiving {
+					// "<primary> archived <segment> at ...": this one or a later one.
+					if _, rest, ok := strings.Cut(cond.Message, " archived "); cond.Status == metav1.ConditionTrue && ok && len(rest) >= len(seg) && rest[:len(seg)] >= seg {
+						return ""
+					}
+					return fmt.Sprintf("%s %s: %s", cond.Status, cond.Reason, cond.Message)
+				}
+			}
+			return "no ContinuousArchiving condition"
+		})
+		return seg
+	}
+	first := switchArchived()
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: db.Name + "-backups"}, &corev1.PersistentVolumeClaim{}); err != nil {
 		t.Errorf("the default backup claim: %v", err)
 	}
+
+	newBackup(t, ns, "base", db.Name)
+	b := waitBackup(t, ns, "base")
+	if b.Status.Phase != dbv1.BackupCompleted || b.Status.Method != dbv1.BackupPhysical || b.Status.ArchivePath != wal.Prefix(ns, db.Name, string(db.UID)) {
+		t.Fatalf("Backup base: phase %s (%s), method %q, archive %q: want a completed physical backup that records the archive",
+			b.Status.Phase, b.Status.Message, b.Status.Method, b.Status.ArchivePath)
+	}
+
+	type write struct {
+		id          int64
+		sent, acked time.Time
+	}
+	var writes []write
+	stop, done := make(chan struct{}), make(chan struct{})
+	wc := pgRW(t, db, user, password)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			w := write{sent: time.Now()}
+			if err := wc.QueryRow(ctx, "INSERT INTO events DEFAULT VALUES RETURNING id").Scan(&w.id); err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+			w.acked = time.Now()
+			writes = append(writes, w)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	var target time.Time
+	if err := c.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if _, err := c.Exec(ctx, "DROP TABLE doomed"); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-done
+	last := switchArchived()
+	var before, after int
+	for _, w := range writes {
+		switch {
+		case w.acked.Before(target):
+			before++
+		case w.sent.After(target):
+			after++
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Fatalf("%d writes acknowledged before T, %d sent after: the writer did not straddle T", before, after)
+	}
+	t.Logf("archived %s to %s; %d writes acknowledged before T, %d sent after", first, last, before, after)
+
+	at := target.UTC().Format(time.RFC3339Nano)
+	restored := newDatabase(t, ns, "pitr-at-t", dbv1.EnginePostgreSQL, "15", func(d *dbv1.Database) {
+		d.Spec.Replicas = 2
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "base"}, RecoveryTarget: &dbv1.RecoveryTarget{Time: at}}
+	})
+	start := time.Now()
+	restored = waitRunning(t, restored, 2, 6*time.Minute)
+	cond := waitCondition(t, restored, dbv1.ConditionRestored, metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded)
+	t.Logf("recovered and running with 2 instances %s after its creation: %s", time.Since(start).Round(time.Second), cond.Message)
+	waitEvent(t, ns, restored.Name, "Normal RestoreSucceeded")
+	ruser, rpassword := credentials(t, restored)
+	rc := pgRW(t, restored, ruser, rpassword)
+	rows, err := rc.Query(ctx, "SELECT id FROM events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	present := map[int64]bool{}
+	for _, id := range ids {
+		present[id] = true
+	}
+	var lost, leaked int
+	for _, w := range writes {
+		switch {
+		case w.acked.Before(target) && !present[w.id]:
+			lost++
+		case w.sent.After(target) && present[w.id]:
+			leaked++
+		}
+	}
+	if lost > 0 || leaked > 0 {
+		t.Errorf("recovered to T: %d writes acknowledged before T missing, %d sent after T present (of %d rows)", lost, leaked, len(ids))
+	}
+	var doomed int
+	if err := rc.QueryRow(ctx, "SELECT count(*) FROM doomed").Scan(&doomed); err != nil || doomed != 1 {
+		t.Errorf("the table dropped after T: %d rows (%v), want it back", doomed, err)
+	}
+	t.Logf("recovered to T: %d rows, all %d acknowledged before T among them, none of the %d sent after", len(ids), before, after)
 }

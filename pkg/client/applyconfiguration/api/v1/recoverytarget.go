@@ -8,10 +8,6 @@ Licensed under the Apache License, Version 2.0.
 
 package v1
 
-import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
-
 // RecoveryTargetApplyConfiguration represents a declarative configuration of the RecoveryTarget type for use
 // with apply.
 //
@@ -19,7 +15,10 @@ import (
 // time, a WAL position or a named restore point.
 type RecoveryTargetApplyConfiguration struct {
 	// Time: every transaction committed before it is restored, none after.
-	Time *metav1.Time `json:"time,omitempty"`
+	// RFC 3339, with fractions of a second where they matter
+	// (2026-12-07T00:01:26.412Z): a metav1.Time would keep whole seconds
+	// only, and lose what was committed in the last one.
+	Time *string `json:"time,omitempty"`
 	// LSN: replay up to this WAL position (as pg_current_wal_lsn() prints it).
 	LSN *string `json:"lsn,omitempty"`
 	// Name: replay up to a restore point made with pg_create_restore_point().
@@ -35,7 +34,7 @@ func RecoveryTarget() *RecoveryTargetApplyConfiguration {
 // WithTime sets the Time field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Time field is set to the value of the last call.
-func (b *RecoveryTargetApplyConfiguration) WithTime(value metav1.Time) *RecoveryTargetApplyConfiguration {
+func (b *RecoveryTargetApplyConfiguration) WithTime(value string) *RecoveryTargetApplyConfiguration {
 	b.Time = &value
 	return b
 }
