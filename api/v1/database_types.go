@@ -520,6 +520,19 @@ type DatabaseStatus struct {
 	// schedule started (or skipped).
 	// +optional
 	LastScheduledBackup *metav1.Time `json:"lastScheduledBackup,omitempty"`
+
+	// FirstRecoverabilityPoint, with spec.backup.archive, is the earliest
+	// moment a point-in-time recovery (bootstrap.recoveryTarget) reaches:
+	// when the oldest completed physical Backup that records the archive
+	// completed.
+	// +optional
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+
+	// LastRecoverableTime, with spec.backup.archive, is when the primary
+	// last archived a WAL segment: a recovery reaches the transactions the
+	// archive holds, committed before it.
+	// +optional
+	LastRecoverableTime *metav1.Time `json:"lastRecoverableTime,omitempty"`
 }
 
 // Database is a PostgreSQL, MySQL or MariaDB database the operator runs: one

@@ -113,6 +113,9 @@ const archiveCheckInterval = 30 * time.Second
 type archiveState struct {
 	status          metav1.ConditionStatus
 	reason, message string
+	// lastArchived is when the primary last archived a segment (zero
+	// when unknown): status.lastRecoverableTime.
+	lastArchived time.Time
 }
 
 // observeArchive reads the primary's WAL archiver (with spec.backup.archive)
@@ -160,13 +163,13 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 		if a.Archived > 0 {
 			last = fmt.Sprintf("last archived %s at %s", a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339))
 		}
-		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, message: fmt.Sprintf(
+		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 			"%s fails to archive %s (last attempt %s, %d failures since it started; %s): it keeps every WAL file from it on until the target takes them, and its volume fills; "+
 				"the reason is in its log (wal-push)", primary, a.LastFailed, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, last)}
 	case a.Archived == 0:
 		return unknown(dbv1.ReasonNothingArchivedYet, "%s has completed no WAL segment since it started (one closes when full, or archive_timeout after a write)", primary)
 	}
-	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, message: fmt.Sprintf(
+	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 }
 
@@ -178,5 +181,23 @@ func setArchiveCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observ
 		meta.RemoveStatusCondition(&st.Conditions, dbv1.ConditionContinuousArchiving)
 	case obs.archive != nil:
 		setCondition(st, db, dbv1.ConditionContinuousArchiving, obs.archive.status, obs.archive.reason, obs.archive.message)
+	}
+}
+
+// setRecoverability sets the window a point-in-time recovery reaches: from
+// the oldest physical Backup that records the archive to the primary's
+// last archived segment. Without archiving there is none.
+func setRecoverability(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed) {
+	if db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+		st.FirstRecoverabilityPoint, st.LastRecoverableTime = nil, nil
+		return
+	}
+	if obs.firstRecoverable != nil {
+		st.FirstRecoverabilityPoint = obs.firstRecoverable
+	}
+	if obs.archive != nil && !obs.archive.lastArchived.IsZero() {
+		// Whole seconds, rounded down: the moment stays inside the window.
+		at := metav1.NewTime(obs.archive.lastArchived.Truncate(time.Second))
+		st.LastRecoverableTime = &at
 	}
 }

@@ -211,3 +211,37 @@ func TestArchiveTargetClaim(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverabilityWindow: from the oldest completed physical Backup that
+// records the archive to the primary's last archived segment; none
+// without archiving.
+func TestRecoverabilityWindow(t *testing.T) {
+	at := func(min int) *metav1.Time { v := metav1.NewTime(time.Date(2026, 12, 7, 0, min, 0, 0, time.UTC)); return &v }
+	b := func(phase dbv1.BackupPhase, method dbv1.BackupMethod, archive string, done *metav1.Time) dbv1.Backup {
+		return dbv1.Backup{Status: dbv1.BackupStatus{Phase: phase, Method: method, ArchivePath: archive, CompletedAt: done}}
+	}
+	backups := []dbv1.Backup{
+		b(dbv1.BackupCompleted, dbv1.BackupPhysical, "ns/db/_wal/u", at(30)),
+		b(dbv1.BackupCompleted, dbv1.BackupLogical, "", at(1)),           // a dump: no recovery from it
+		b(dbv1.BackupFailed, dbv1.BackupPhysical, "ns/db/_wal/u", at(2)), // failed
+		b(dbv1.BackupCompleted, dbv1.BackupPhysical, "", at(3)),          // no archive
+		b(dbv1.BackupCompleted, dbv1.BackupPhysical, "ns/db/_wal/u", at(10)),
+	}
+	archiving := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+	})
+	obs := &observed{firstRecoverable: firstRecoverable(backups),
+		archive: &archiveState{status: metav1.ConditionTrue, lastArchived: time.Date(2026, 12, 7, 0, 45, 3, 900, time.UTC)}}
+	st := &dbv1.DatabaseStatus{}
+	setRecoverability(st, archiving, obs)
+	if st.FirstRecoverabilityPoint == nil || !st.FirstRecoverabilityPoint.Equal(at(10)) {
+		t.Errorf("firstRecoverabilityPoint %v, want %v", st.FirstRecoverabilityPoint, at(10))
+	}
+	if st.LastRecoverableTime == nil || !st.LastRecoverableTime.Time.Equal(time.Date(2026, 12, 7, 0, 45, 3, 0, time.UTC)) {
+		t.Errorf("lastRecoverableTime %v, want 00:45:03", st.LastRecoverableTime)
+	}
+	setRecoverability(st, newDB(dbv1.EnginePostgreSQL), obs)
+	if st.FirstRecoverabilityPoint != nil || st.LastRecoverableTime != nil {
+		t.Errorf("a window without archiving: %v to %v", st.FirstRecoverabilityPoint, st.LastRecoverableTime)
+	}
+}

@@ -110,7 +110,23 @@ func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Databa
 		return fmt.Errorf("listing Backups: %w", err)
 	}
 	obs.lastBackup, obs.lastSuccessfulBackup = latestFinished(list.Items)
+	obs.firstRecoverable = firstRecoverable(list.Items)
 	return nil
+}
+
+// firstRecoverable is when the oldest completed physical Backup that
+// records the WAL archive completed: the earliest moment a recovery
+// reaches (nil without one).
+func firstRecoverable(backups []dbv1.Backup) *metav1.Time {
+	var first *metav1.Time
+	for i := range backups {
+		s := &backups[i].Status
+		if s.Phase == dbv1.BackupCompleted && s.Method == dbv1.BackupPhysical && s.ArchivePath != "" && s.CompletedAt != nil &&
+			(first == nil || s.CompletedAt.Before(first)) {
+			first = s.CompletedAt
+		}
+	}
+	return first
 }
 
 // latestFinished is the backup that finished last, whatever the order of

@@ -63,6 +63,8 @@ type observed struct {
 	// physicalRestore: the bootstrap is a physical recovery, before the
 	// pods (the Recovery phase's, not the Restore phase's).
 	physicalRestore bool
+	// firstRecoverable: status.firstRecoverabilityPoint (observeBackups).
+	firstRecoverable *metav1.Time
 
 	// instances are the reconcile's connections to the servers (nil
 	// without an InstanceConnector).
@@ -162,6 +164,7 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 	}
 	backupStatus(&st, db, obs)
 	setArchiveCondition(&st, db, obs)
+	setRecoverability(&st, db, obs)
 	setProgressingCondition(&st, in)
 	setDegradedCondition(&st, in)
 	st.Phase = phaseOf(in)

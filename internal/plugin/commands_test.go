@@ -246,7 +246,9 @@ func TestRestore(t *testing.T) {
 	failed.Status.Reason = dbv1.ReasonJobFailed
 	done := backupOf("good", "orders", dbv1.BackupCompleted, time.Hour)
 	gone := backupOf("orphan", "deleted", dbv1.BackupCompleted, time.Hour)
-	c, _ := testClients(nil, orders(), failed, done, gone)
+	physical := backupOf("physical", "orders", dbv1.BackupCompleted, time.Hour)
+	physical.Status.Method, physical.Status.ArchivePath = dbv1.BackupPhysical, "shop/orders/_wal/u"
+	c, _ := testClients(nil, orders(), failed, done, gone, physical)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		backup string
@@ -258,6 +260,9 @@ func TestRestore(t *testing.T) {
 		{"good", restoreOptions{to: "orders"}, "the Database orders exists already: restore into a new name"},
 		{"orphan", restoreOptions{to: "copy"}, "the source Database deleted is gone: give --storage-size"},
 		{"good", restoreOptions{to: "copy", storageSize: "lots"}, `--storage-size "lots": quantities must match`},
+		{"good", restoreOptions{to: "copy", targetTime: "2026-12-06T12:00:00Z"}, "the Backup good cannot be recovered to a moment"},
+		{"physical", restoreOptions{to: "copy", targetTime: "noon"}, `recoveryTarget.time "noon" is not an RFC 3339 time`},
+		{"physical", restoreOptions{to: "copy", targetLSN: "0/3000000", targetName: "x"}, "give one of --target-time, --target-lsn and --target-name"},
 	} {
 		if err := c.restore(ctx, io.Discard, tc.backup, tc.ro); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("restore %s %+v: %v, want %q", tc.backup, tc.ro, err, tc.want)
@@ -274,6 +279,12 @@ func TestRestore(t *testing.T) {
 	if s := got.Spec; s.Engine != dbv1.EnginePostgreSQL || s.Version != "15" || s.Replicas != 1 || s.Storage.Size.String() != "2Gi" ||
 		s.Bootstrap == nil || s.Bootstrap.Backup == nil || s.Bootstrap.Backup.Name != "good" {
 		t.Errorf("restored Database's spec %+v", s)
+	}
+	if err := c.restore(ctx, io.Discard, "physical", restoreOptions{to: "at-noon", targetTime: "2026-12-06T12:00:00.25Z"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.database(ctx, "at-noon"); err != nil || got.Spec.Bootstrap.RecoveryTarget == nil || got.Spec.Bootstrap.RecoveryTarget.Time != "2026-12-06T12:00:00.25Z" {
+		t.Errorf("recovered to a moment: %+v (err %v)", got.Spec.Bootstrap, err)
 	}
 	if err := c.restore(ctx, io.Discard, "orphan", restoreOptions{to: "adopted", storageSize: "5Gi"}); err != nil {
 		t.Fatal(err)

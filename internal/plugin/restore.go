@@ -24,6 +24,34 @@ type restoreOptions struct {
 	storageSize  string
 	storageClass string
 	wait         bool
+	// A point-in-time recovery (a physical Backup that records its WAL
+	// archive): at most one.
+	targetTime, targetLSN, targetName string
+}
+
+// recoveryTarget is the flags' recovery target, nil without one.
+func (ro restoreOptions) recoveryTarget(b *dbv1.Backup) (*dbv1.RecoveryTarget, error) {
+	t := &dbv1.RecoveryTarget{Time: ro.targetTime, LSN: ro.targetLSN, Name: ro.targetName}
+	set := 0
+	for _, v := range []string{t.Time, t.LSN, t.Name} {
+		if v != "" {
+			set++
+		}
+	}
+	switch {
+	case set == 0:
+		return nil, nil
+	case set > 1:
+		return nil, usageError{errors.New("give one of --target-time, --target-lsn and --target-name")}
+	}
+	if _, err := t.ParsedTime(); err != nil {
+		return nil, usageError{err}
+	}
+	if b.Status.Method != dbv1.BackupPhysical || b.Status.ArchivePath == "" {
+		return nil, fmt.Errorf("the Backup %s cannot be recovered to a moment: a recovery target needs a physical Backup of a Database that archives its WAL (this one is %s, archive %q)",
+			b.Name, orDash(string(b.Status.Method)), b.Status.ArchivePath)
+	}
+	return t, nil
 }
 
 func newRestoreCommand(o *Options) *cobra.Command {
@@ -35,7 +63,8 @@ func newRestoreCommand(o *Options) *cobra.Command {
 Database's engine, version, replicas and storage unless flags override them
 (when the source is gone: the Backup's engine and version, and --storage-size).
 The source is never touched.`,
-		Example: `  kubectl database restore orders-20261206-101500 --to orders-copy --wait`,
+		Example: `  kubectl database restore orders-20261206-101500 --to orders-copy --wait
+  kubectl database restore orders-20261206-101500 --to orders-at-noon --target-time 2026-12-06T12:00:00Z`,
 		Args:    args(1, "the Backup's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ro.to == "" {
@@ -57,6 +86,9 @@ The source is never touched.`,
 	f.StringVar(&ro.storageSize, "storage-size", "", "each instance's volume size (default: the source's)")
 	f.StringVar(&ro.storageClass, "storage-class", "", "the volumes' storage class (default: the source's)")
 	f.BoolVar(&ro.wait, "wait", false, "follow the restore until the new Database runs (exit 1 when it fails)")
+	f.StringVar(&ro.targetTime, "target-time", "", "recover to this moment (RFC 3339, fractions of a second kept): a physical Backup and its WAL archive")
+	f.StringVar(&ro.targetLSN, "target-lsn", "", "recover to this WAL position (PostgreSQL)")
+	f.StringVar(&ro.targetName, "target-name", "", "recover to this restore point (pg_create_restore_point)")
 	return cmd
 }
 
@@ -150,6 +182,10 @@ func (c *Clients) restoredDatabase(ctx context.Context, b *dbv1.Backup, ro resto
 	if ro.storageClass != "" {
 		spec.Storage.StorageClassName = &ro.storageClass
 	}
-	spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: b.Name}}
+	target, err := ro.recoveryTarget(b)
+	if err != nil {
+		return nil, err
+	}
+	spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: b.Name}, RecoveryTarget: target}
 	return &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Name: ro.to, Namespace: c.Namespace}, Spec: spec}, nil
 }

@@ -239,6 +239,18 @@ func TestPointInTimeRecovery(t *testing.T) {
 	}
 	t.Logf("archived %s to %s; %d writes acknowledged before T, %d sent after", first, last, before, after)
 
+	// The source reports the window T lies in.
+	eventually(t, time.Minute, "the recoverability window in the status", func() string {
+		st := k8sDatabase(t, db).Status
+		if st.FirstRecoverabilityPoint == nil || st.LastRecoverableTime == nil {
+			return fmt.Sprintf("first %v, last %v", st.FirstRecoverabilityPoint, st.LastRecoverableTime)
+		}
+		if !st.FirstRecoverabilityPoint.Equal(b.Status.CompletedAt) || st.LastRecoverableTime.Time.Before(target.Truncate(time.Second)) {
+			return fmt.Sprintf("window %s to %s, want from %s to past %s", st.FirstRecoverabilityPoint, st.LastRecoverableTime, b.Status.CompletedAt, target)
+		}
+		return ""
+	})
+
 	at := target.UTC().Format(time.RFC3339Nano)
 	restored := newDatabase(t, ns, "pitr-at-t", dbv1.EnginePostgreSQL, "15", func(d *dbv1.Database) {
 		d.Spec.Replicas = 2

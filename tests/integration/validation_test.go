@@ -81,6 +81,22 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		{"a limit below its request", func(s map[string]any) {
 			s["resources"] = map[string]any{"requests": map[string]any{"memory": "2Gi"}, "limits": map[string]any{"memory": "1Gi"}}
 		}, `spec.resources.limits[memory]: Invalid value: "1Gi": below the request 2Gi`},
+		{"a recovery target for MariaDB", func(s map[string]any) {
+			s["engine"], s["version"] = "mariadb", "11.4"
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"lsn": "0/3000000"}}
+		}, "a recovery target (bootstrap.recoveryTarget) is built for PostgreSQL only so far"},
+		{"a recovery target from a source path", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"source": map[string]any{"target": map[string]any{}, "path": "ns/db/b1"}, "recoveryTarget": map[string]any{"lsn": "0/3000000"}}
+		}, "a recovery target needs bootstrap.backup"},
+		{"two recovery targets", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"lsn": "0/3000000", "name": "before-migration"}}
+		}, "a recovery target is one of time, lsn or name"},
+		{"a recovery time that is none", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"time": "yesterday noon"}}
+		}, "spec.bootstrap.recoveryTarget.time"},
+		{"a malformed LSN", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"lsn": "0-3000000"}}
+		}, "spec.bootstrap.recoveryTarget.lsn"},
 		{"bootstrap path escaping", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"source": map[string]any{"target": map[string]any{}, "path": "../other/b1"}}
 		}, "path must be relative to the target and must not contain '..'"},

@@ -57,6 +57,15 @@ type DatabaseStatusApplyConfiguration struct {
 	// LastScheduledBackup is the schedule time of the latest backup the
 	// schedule started (or skipped).
 	LastScheduledBackup *apismetav1.Time `json:"lastScheduledBackup,omitempty"`
+	// FirstRecoverabilityPoint, with spec.backup.archive, is the earliest
+	// moment a point-in-time recovery (bootstrap.recoveryTarget) reaches:
+	// when the oldest completed physical Backup that records the archive
+	// completed.
+	FirstRecoverabilityPoint *apismetav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+	// LastRecoverableTime, with spec.backup.archive, is when the primary
+	// last archived a WAL segment: a recovery reaches the transactions the
+	// archive holds, committed before it.
+	LastRecoverableTime *apismetav1.Time `json:"lastRecoverableTime,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -184,5 +193,21 @@ func (b *DatabaseStatusApplyConfiguration) WithLastSuccessfulBackup(value apisme
 // If called multiple times, the LastScheduledBackup field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithLastScheduledBackup(value apismetav1.Time) *DatabaseStatusApplyConfiguration {
 	b.LastScheduledBackup = &value
+	return b
+}
+
+// WithFirstRecoverabilityPoint sets the FirstRecoverabilityPoint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the FirstRecoverabilityPoint field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithFirstRecoverabilityPoint(value apismetav1.Time) *DatabaseStatusApplyConfiguration {
+	b.FirstRecoverabilityPoint = &value
+	return b
+}
+
+// WithLastRecoverableTime sets the LastRecoverableTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastRecoverableTime field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithLastRecoverableTime(value apismetav1.Time) *DatabaseStatusApplyConfiguration {
+	b.LastRecoverableTime = &value
 	return b
 }
