@@ -113,6 +113,30 @@ func (r *BackupReconciler) step(ctx context.Context, b *dbv1.Backup, st *dbv1.Ba
 	return r.observeJob(ctx, b, db, job, st)
 }
 
+// backupArgs are the backup command's own arguments; a physical backup of
+// a Database that archives records the archive in st (same target).
+func backupArgs(b *dbv1.Backup, db *dbv1.Database, pod string, st *dbv1.BackupStatus) []string {
+	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--database-uid=" + string(db.UID),
+		"--database-created=" + db.CreationTimestamp.UTC().Format(time.RFC3339), "--name=" + b.Name, "--instance=" + pod}
+	if p := db.Spec.Backup; p != nil && b.Spec.Target == nil {
+		// Retention applies to the Database's own target.
+		if p.Retention.KeepLast != nil {
+			args = append(args, fmt.Sprintf("--keep-last=%d", *p.Retention.KeepLast))
+		}
+		if p.Retention.MaxAge != "" {
+			args = append(args, "--max-age="+p.Retention.MaxAge)
+		}
+	}
+	if st.Method == dbv1.BackupPhysical {
+		args = append(args, "--method="+backup.MethodPhysical)
+		if db.Spec.Backup.Archiving() && b.Spec.Target == nil {
+			// In the same target: a recovery replays it from this backup on.
+			st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
+		}
+	}
+	return args
+}
+
 // backupMethod is how b is taken: its spec.method, else Physical for a
 // PostgreSQL Database that archives its WAL (a base backup the archive
 // extends to any later moment), else Logical.
@@ -183,24 +207,7 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		st.Phase, st.Reason, st.Message = dbv1.BackupPending, dbv1.ReasonNoInstanceReady, "waiting for a ready instance of "+db.Name
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
-	args := []string{"--namespace=" + db.Namespace, "--database=" + db.Name, "--database-uid=" + string(db.UID),
-		"--database-created=" + db.CreationTimestamp.UTC().Format(time.RFC3339), "--name=" + b.Name, "--instance=" + pod.Name}
-	if p := db.Spec.Backup; p != nil && b.Spec.Target == nil {
-		// Retention applies to the Database's own target.
-		if p.Retention.KeepLast != nil {
-			args = append(args, fmt.Sprintf("--keep-last=%d", *p.Retention.KeepLast))
-		}
-		if p.Retention.MaxAge != "" {
-			args = append(args, "--max-age="+p.Retention.MaxAge)
-		}
-	}
-	if st.Method == dbv1.BackupPhysical {
-		args = append(args, "--method="+backup.MethodPhysical)
-		if db.Spec.Backup.Archiving() && b.Spec.Target == nil {
-			// In the same target: a recovery replays it from this backup on.
-			st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
-		}
-	}
+	args := backupArgs(b, db, pod.Name, st)
 	job, err := buildJob(jobRequest{name: b.Name, component: componentBackup, db: db, instance: pod, target: target,
 		args: args, deadline: deadline(b, db), labels: map[string]string{labelBackup: b.Name}}, r.OperatorImage)
 	if err != nil {

@@ -216,7 +216,10 @@ func TestArchiveTargetClaim(t *testing.T) {
 // records the archive to the primary's last archived segment; none
 // without archiving.
 func TestRecoverabilityWindow(t *testing.T) {
-	at := func(min int) *metav1.Time { v := metav1.NewTime(time.Date(2026, 12, 7, 0, min, 0, 0, time.UTC)); return &v }
+	at := func(minute int) *metav1.Time {
+		v := metav1.NewTime(time.Date(2026, 12, 7, 0, minute, 0, 0, time.UTC))
+		return &v
+	}
 	b := func(phase dbv1.BackupPhase, method dbv1.BackupMethod, archive string, done *metav1.Time) dbv1.Backup {
 		return dbv1.Backup{Status: dbv1.BackupStatus{Phase: phase, Method: method, ArchivePath: archive, CompletedAt: done}}
 	}

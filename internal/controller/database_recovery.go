@@ -140,6 +140,13 @@ func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Dat
 		failed(fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
 		return nil
 	}
+	return r.recoveryOutcome(ctx, db, obs, job, src, set, failed)
+}
+
+// recoveryOutcome reads the recovery Job's end into the Restored
+// condition: until it succeeded, the phases after Recovery do not run.
+func (r *DatabaseReconciler) recoveryOutcome(ctx context.Context, db *dbv1.Database, obs *observed, job *batchv1.Job, src restoreFrom,
+	set func(metav1.ConditionStatus, string, string), failed func(string)) error {
 	out, err := readJobOutcome(ctx, r.APIReader, job, componentRestore, "recovery", r.now())
 	switch {
 	case err != nil:

@@ -65,7 +65,7 @@ Database's engine, version, replicas and storage unless flags override them
 The source is never touched.`,
 		Example: `  kubectl database restore orders-20261206-101500 --to orders-copy --wait
   kubectl database restore orders-20261206-101500 --to orders-at-noon --target-time 2026-12-06T12:00:00Z`,
-		Args:    args(1, "the Backup's name"),
+		Args: args(1, "the Backup's name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ro.to == "" {
 				return usageError{errors.New("--to NEW_NAME is required: the name of the Database to create")}

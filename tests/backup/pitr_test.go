@@ -486,8 +486,10 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		if !strings.Contains(r.result.Message, "recovery ended before configured recovery target was reached") {
 			t.Errorf("the recovery did not stop short of T with an error: %s", r.result.Message)
 		}
-		if _, err := os.Lstat(r.pgdata); err == nil {
-			t.Error("a failed recovery left a data directory")
+		for _, dir := range []string{r.pgdata, r.pgdata + ".recovering"} {
+			if _, err := os.Lstat(dir); err == nil {
+				t.Errorf("a failed recovery left %s", dir)
+			}
 		}
 	})
 }

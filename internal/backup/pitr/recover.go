@@ -153,6 +153,8 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 	}
 	out, err := replay(ctx, o, work, logf)
 	if err != nil {
+		// A copy of the backup, half replayed: the backup itself is intact.
+		_ = os.RemoveAll(work)
 		return nil, err
 	}
 	out.Manifest = m
@@ -274,41 +276,39 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 	if err := cmd.Start(); err != nil {
 		return nil, fail(backup.ReasonLoadFailed, "starting %s: %w", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = cmd.Process.Signal(syscall.SIGQUIT)
-			<-exited
-		}
-	}()
-	conn, err := waitPromoted(ctx, o.Superuser, sock, exited, logFile)
-	if err != nil {
-		stopped = true // waitPromoted saw it exit, or the context ended
-		if ctx.Err() == nil {
-			return nil, err
-		}
+	// exited closes once the server is gone; waitErr is then its exit.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	// kill stops the server without a checkpoint: what it did is thrown
+	// away (the data directory is never moved into place).
+	kill := func() {
 		_ = cmd.Process.Signal(syscall.SIGQUIT)
 		<-exited
-		return nil, fail(ReasonRecoveryFailed, "the recovery did not end in time: %w\n%s", ctx.Err(), tail(logFile, 10))
+	}
+	conn, err := waitPromoted(ctx, o.Superuser, sock, exited, func() error { return waitErr }, logFile)
+	if err != nil {
+		kill()
+		if ctx.Err() != nil {
+			return nil, fail(ReasonRecoveryFailed, "the recovery did not end in time: %w\n%s", ctx.Err(), tail(logFile, 10))
+		}
+		return nil, err
 	}
 	out, err := finish(ctx, conn, o.Accounts)
 	_ = conn.Close(context.Background())
 	if err != nil {
+		kill()
 		return nil, err
 	}
 	// A clean shutdown: the data directory starts without crash recovery.
-	stopped = true
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	select {
-	case err := <-exited:
-		if err != nil {
-			return nil, fail(ReasonRecoveryFailed, "the recovered server did not shut down cleanly: %w\n%s", err, tail(logFile, 10))
+	case <-exited:
+		if waitErr != nil {
+			return nil, fail(ReasonRecoveryFailed, "the recovered server did not shut down cleanly: %w\n%s", waitErr, tail(logFile, 10))
 		}
 	case <-ctx.Done():
-		_ = cmd.Process.Signal(syscall.SIGQUIT)
-		<-exited
+		kill()
 		return nil, fail(ReasonRecoveryFailed, "the recovered server did not shut down in time")
 	}
 	logf("recovered to %s: position %s on timeline %d", o.Target, out.Position, out.Timeline)
@@ -318,7 +318,7 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 // waitPromoted connects once the server left recovery (with hot standby
 // off it takes no connection before). A server that exits first failed
 // its recovery: its log says why.
-func waitPromoted(ctx context.Context, user, sock string, exited <-chan error, logFile string) (*pgx.Conn, error) {
+func waitPromoted(ctx context.Context, user, sock string, exited <-chan struct{}, exitErr func() error, logFile string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig("dbname=postgres")
 	if err != nil {
 		return nil, err
@@ -328,8 +328,8 @@ func waitPromoted(ctx context.Context, user, sock string, exited <-chan error, l
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-exited:
-			return nil, fail(ReasonRecoveryFailed, "the server stopped before the recovery ended (%v); nothing was kept:\n%s", err, tail(logFile, 8))
+		case <-exited:
+			return nil, fail(ReasonRecoveryFailed, "the server stopped before the recovery ended (%v); nothing was kept:\n%s", exitErr(), tail(logFile, 8))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-tick.C:
