@@ -387,9 +387,10 @@ func (r *BackupReconciler) event(b *dbv1.Backup, db *dbv1.Database, typ, reason,
 	if r.Recorder == nil {
 		return
 	}
-	r.Recorder.Eventf(b, nil, typ, reason, "Backup", note, args...)
+	msg := bounded(fmt.Sprintf(note, args...)) // within the API's 1 kB
+	r.Recorder.Eventf(b, nil, typ, reason, "Backup", "%s", msg)
 	if db != nil {
-		r.Recorder.Eventf(db, b, typ, reason, "Backup", note, args...)
+		r.Recorder.Eventf(db, b, typ, reason, "Backup", "%s", msg)
 	}
 }
 

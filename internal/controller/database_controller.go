@@ -296,7 +296,9 @@ func (r *DatabaseReconciler) observeStatefulSet(ctx context.Context, db *dbv1.Da
 func (r *DatabaseReconciler) event(db *dbv1.Database, typ, reason, action, note string, args ...any) {
 	r.Metrics.onEvent(db, reason, r.now())
 	if r.Recorder != nil {
-		r.Recorder.Eventf(db, nil, typ, reason, action, note, args...)
+		// The API refuses an Event whose note passes 1 kB, and the
+		// recorder drops it silently: a long failure would go unsaid.
+		r.Recorder.Eventf(db, nil, typ, reason, action, "%s", bounded(fmt.Sprintf(note, args...)))
 	}
 }
 

@@ -256,3 +256,16 @@ func finishJob(t *testing.T, c client.Client, job *batchv1.Job, result backup.Re
 		t.Fatal(err)
 	}
 }
+
+// TestLongEventNotesBounded: an Event's note stays within the API's 1 kB
+// (a longer one is refused, and the recorder drops it: a recovery's
+// failure with the server's log in it went unsaid).
+func TestLongEventNotesBounded(t *testing.T) {
+	writes := 0
+	r, _ := newFakeReconciler(t, &writes)
+	r.event(newDB(dbv1.EnginePostgreSQL), corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Recover", "%s", strings.Repeat("CORRUPT ARCHIVE ", 300))
+	notes := eventNotes(r)
+	if len(notes) != 1 || len(notes[0]) > 1024+len("Warning RestoreFailed ") {
+		t.Errorf("events %q, want one within 1 kB", notes)
+	}
+}

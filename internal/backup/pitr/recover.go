@@ -402,8 +402,12 @@ func tail(file string, n int) string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.Contains(line, "FATAL") && !strings.Contains(line, "PANIC") && !strings.Contains(line, "ERROR") && !strings.Contains(line, "CORRUPT ARCHIVE") {
-			continue
+		if !strings.Contains(line, "FATAL") && !strings.Contains(line, "PANIC") && !strings.Contains(line, "ERROR") && !strings.Contains(line, "CORRUPT ARCHIVE") ||
+			strings.Contains(line, "the database system is starting up") || strings.Contains(line, "is not accepting connections") {
+			continue // the refusals of this program's own connection attempts
+		}
+		if len(lines) > 0 && lines[len(lines)-1] == line {
+			continue // the server retries restore_command
 		}
 		lines = append(lines, line)
 		if len(lines) > n {
