@@ -280,6 +280,13 @@ func untar(src, dest string) error {
 	if err := os.Mkdir(dest, 0o700); err != nil {
 		return err
 	}
+	// Every write goes through the root: a path that leaves dest, by its
+	// name or through a symbolic link an earlier entry made, is refused.
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
@@ -296,37 +303,35 @@ func untar(src, dest string) error {
 		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
 			return fmt.Errorf("entry %q lies outside the data directory", h.Name)
 		}
-		target := filepath.Join(dest, name)
 		mode := os.FileMode(h.Mode).Perm()
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, mode|0o700); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
-				return err
-			}
-			out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
-			if err != nil {
-				return err
-			}
-			if _, err := io.Copy(out, tr); err != nil {
-				out.Close()
-				return err
-			}
-			if err := out.Close(); err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
-				return err
-			}
-			if err := os.Symlink(h.Linkname, target); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("entry %q has type %q, which a data directory does not hold", h.Name, string(h.Typeflag))
+		if err := untarEntry(root, tr, h, name, mode); err != nil {
+			return fmt.Errorf("entry %q: %w", h.Name, err)
 		}
 	}
+}
+
+func untarEntry(root *os.Root, r io.Reader, h *tar.Header, name string, mode os.FileMode) error {
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return root.MkdirAll(name, mode|0o700)
+	case tar.TypeReg:
+		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+			return err
+		}
+		out, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, r); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	case tar.TypeSymlink:
+		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+			return err
+		}
+		return root.Symlink(h.Linkname, name)
+	}
+	return fmt.Errorf("type %q, which a data directory does not hold", string(h.Typeflag))
 }

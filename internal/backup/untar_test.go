@@ -79,4 +79,24 @@ func TestUntar(t *testing.T) {
 			}
 		})
 	}
+	// Through a symbolic link an earlier entry made: the name is inside,
+	// the file would not be.
+	for name, link := range map[string]string{"relative link": "..", "absolute link": ""} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			if link == "" {
+				link = root
+			}
+			err := untar(writeTar(t, []tar.Header{
+				{Name: "out", Typeflag: tar.TypeSymlink, Linkname: link},
+				{Name: "out/escaped", Typeflag: tar.TypeReg, Mode: 0o600},
+			}), filepath.Join(root, "data"))
+			if err == nil {
+				t.Error("unpacked through a link out of the data directory")
+			}
+			if _, statErr := os.Stat(filepath.Join(root, "escaped")); statErr == nil {
+				t.Error("a file landed outside the data directory")
+			}
+		})
+	}
 }

@@ -129,12 +129,21 @@ func backupArgs(b *dbv1.Backup, db *dbv1.Database, pod string, st *dbv1.BackupSt
 	}
 	if st.Method == dbv1.BackupPhysical {
 		args = append(args, "--method="+backup.MethodPhysical)
-		if db.Spec.Backup.Archiving() && b.Spec.Target == nil {
-			// In the same target: a recovery replays it from this backup on.
-			st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
-		}
 	}
 	return args
+}
+
+// recordMethod sets how b is taken, once, and for a physical backup of a
+// Database that archives to the same target, its archive: a recovery
+// replays it from this backup on.
+func recordMethod(st *dbv1.BackupStatus, b *dbv1.Backup, db *dbv1.Database) {
+	if st.Method != "" {
+		return
+	}
+	st.Method = backupMethod(b, db)
+	if st.Method == dbv1.BackupPhysical && db.Spec.Backup.Archiving() && b.Spec.Target == nil {
+		st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
+	}
 }
 
 // backupMethod is how b is taken: its spec.method, else Physical for a
@@ -163,9 +172,9 @@ func deadline(b *dbv1.Backup, db *dbv1.Database) int64 {
 
 // start creates the backup Job once nothing stands in its way.
 func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.Database, st *dbv1.BackupStatus) (ctrl.Result, error) {
-	// Known before the Job: a recovery from this Backup waits for it
-	// before any pod starts.
-	st.Method = backupMethod(b, db)
+	// Known before the Job, and never changed after: a recovery from this
+	// Backup decides from it how it runs.
+	recordMethod(st, b, db)
 	if st.Method == dbv1.BackupPhysical && db.Spec.Engine != dbv1.EnginePostgreSQL {
 		r.finish(st, dbv1.BackupFailed, dbv1.ReasonMethodUnsupported, fmt.Sprintf("a physical backup copies a PostgreSQL data directory (pg_basebackup); for %s only Logical is built so far", db.Spec.Engine))
 		return ctrl.Result{}, nil
@@ -235,6 +244,7 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 	if st.Phase != dbv1.BackupRunning {
 		// The status write after the Job's creation was lost: it runs.
 		st.Phase, st.Reason, st.Job = dbv1.BackupRunning, "JobCreated", job.Name
+		recordMethod(st, b, db)
 		if st.StartedAt == nil {
 			st.StartedAt = &job.CreationTimestamp
 		}

@@ -192,8 +192,8 @@ func setRecoverability(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed
 		st.FirstRecoverabilityPoint, st.LastRecoverableTime = nil, nil
 		return
 	}
-	if obs.firstRecoverable != nil {
-		st.FirstRecoverabilityPoint = obs.firstRecoverable
+	if obs.backupsObserved {
+		st.FirstRecoverabilityPoint = obs.firstRecoverable // nil once no such Backup is left
 	}
 	if obs.archive != nil && !obs.archive.lastArchived.IsZero() {
 		// Whole seconds, rounded down: the moment stays inside the window.

@@ -229,16 +229,23 @@ func TestRecoverabilityWindow(t *testing.T) {
 		b(dbv1.BackupFailed, dbv1.BackupPhysical, "ns/db/_wal/u", at(2)), // failed
 		b(dbv1.BackupCompleted, dbv1.BackupPhysical, "", at(3)),          // no archive
 		b(dbv1.BackupCompleted, dbv1.BackupPhysical, "ns/db/_wal/u", at(10)),
+		b(dbv1.BackupCompleted, dbv1.BackupPhysical, "ns/db/_wal/earlier-namesake", at(4)),
 	}
 	archiving := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
 		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
 	})
-	obs := &observed{firstRecoverable: firstRecoverable(backups),
+	obs := &observed{firstRecoverable: firstRecoverable(backups, "ns/db/_wal/u"), backupsObserved: true,
 		archive: &archiveState{status: metav1.ConditionTrue, lastArchived: time.Date(2026, 12, 7, 0, 45, 3, 900, time.UTC)}}
 	st := &dbv1.DatabaseStatus{}
 	setRecoverability(st, archiving, obs)
-	if st.FirstRecoverabilityPoint == nil || !st.FirstRecoverabilityPoint.Equal(at(10)) {
-		t.Errorf("firstRecoverabilityPoint %v, want %v", st.FirstRecoverabilityPoint, at(10))
+	// The next whole second: a Backup's completion time has whole seconds.
+	if want := metav1.NewTime(at(10).Add(time.Second)); st.FirstRecoverabilityPoint == nil || !st.FirstRecoverabilityPoint.Equal(&want) {
+		t.Errorf("firstRecoverabilityPoint %v, want %v", st.FirstRecoverabilityPoint, want)
+	}
+	// Once no such Backup is left, no window starts.
+	setRecoverability(st, archiving, &observed{backupsObserved: true})
+	if st.FirstRecoverabilityPoint != nil {
+		t.Errorf("firstRecoverabilityPoint %v with no Backup left", st.FirstRecoverabilityPoint)
 	}
 	if st.LastRecoverableTime == nil || !st.LastRecoverableTime.Time.Equal(time.Date(2026, 12, 7, 0, 45, 3, 0, time.UTC)) {
 		t.Errorf("lastRecoverableTime %v, want 00:45:03", st.LastRecoverableTime)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/wal"
 )
 
 // Scheduled backups: the operator creates a Backup object at each schedule
@@ -110,23 +111,30 @@ func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Databa
 		return fmt.Errorf("listing Backups: %w", err)
 	}
 	obs.lastBackup, obs.lastSuccessfulBackup = latestFinished(list.Items)
-	obs.firstRecoverable = firstRecoverable(list.Items)
+	obs.firstRecoverable = firstRecoverable(list.Items, wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+	obs.backupsObserved = true
 	return nil
 }
 
-// firstRecoverable is when the oldest completed physical Backup that
-// records the WAL archive completed: the earliest moment a recovery
-// reaches (nil without one).
-func firstRecoverable(backups []dbv1.Backup) *metav1.Time {
+// firstRecoverable is the earliest moment a recovery reaches: the next
+// whole second after the oldest completed physical Backup that records
+// this Database's archive (not an earlier namesake's) completed (its
+// completion time has whole seconds, the backup's own end fractions).
+// Nil without one.
+func firstRecoverable(backups []dbv1.Backup, archive string) *metav1.Time {
 	var first *metav1.Time
 	for i := range backups {
 		s := &backups[i].Status
-		if s.Phase == dbv1.BackupCompleted && s.Method == dbv1.BackupPhysical && s.ArchivePath != "" && s.CompletedAt != nil &&
+		if s.Phase == dbv1.BackupCompleted && s.Method == dbv1.BackupPhysical && s.ArchivePath == archive && s.CompletedAt != nil &&
 			(first == nil || s.CompletedAt.Before(first)) {
 			first = s.CompletedAt
 		}
 	}
-	return first
+	if first == nil {
+		return nil
+	}
+	at := metav1.NewTime(first.Truncate(time.Second).Add(time.Second))
+	return &at
 }
 
 // latestFinished is the backup that finished last, whatever the order of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -35,44 +36,85 @@ import (
 // on: the Database stays Failed with the reason, pods never start, and
 // the backup and the archive are only read.
 
-// physicalBootstrap reports whether spec.bootstrap restores a physical
-// backup: a recovery target, or a Backup taken (or to be taken) physical.
-func (r *DatabaseReconciler) physicalBootstrap(ctx context.Context, db *dbv1.Database) (bool, error) {
+// bootstrapKind is how spec.bootstrap is carried out.
+type bootstrapKind int
+
+const (
+	bootstrapLogical   bootstrapKind = iota // loaded into the running primary (the Restore phase)
+	bootstrapPhysical                       // recovered before the pods (the Recovery phase)
+	bootstrapUndecided                      // the Backup does not say yet: nothing starts
+)
+
+// bootstrapKindOf decides how spec.bootstrap is carried out. Once a
+// recovery was started (its Job or its claim exists) it stays physical,
+// whatever becomes of the Backup: a Backup deleted by retention must not
+// let the pods start on an empty volume. Before that the Backup decides,
+// and a Backup not completed yet (its method may still change) decides
+// nothing.
+func (r *DatabaseReconciler) bootstrapKindOf(ctx context.Context, db *dbv1.Database) (bootstrapKind, error) {
 	bs := db.Spec.Bootstrap
-	if bs == nil || db.Spec.Engine != dbv1.EnginePostgreSQL {
-		return false, nil
+	if bs == nil || db.Spec.Engine != dbv1.EnginePostgreSQL || bs.Backup == nil {
+		return bootstrapLogical, nil // the API allows a recovery target with a Backup only
 	}
 	if bs.RecoveryTarget != nil {
-		return true, nil
+		return bootstrapPhysical, nil
 	}
-	if bs.Backup == nil {
-		return false, nil
+	started, err := r.recoveryStarted(ctx, db)
+	if err != nil || started {
+		return bootstrapPhysical, err
 	}
 	b := &dbv1.Backup{}
 	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: bs.Backup.Name}, b); {
 	case apierrors.IsNotFound(err):
-		return false, nil // the Restore phase waits for it and says so
+		return bootstrapUndecided, nil
 	case err != nil:
-		return false, fmt.Errorf("reading Backup %s: %w", bs.Backup.Name, err)
+		return bootstrapUndecided, fmt.Errorf("reading Backup %s: %w", bs.Backup.Name, err)
 	}
-	return b.Status.Method == dbv1.BackupPhysical || b.Spec.Method == dbv1.BackupPhysical, nil
+	switch {
+	case b.Status.Phase != dbv1.BackupCompleted:
+		return bootstrapUndecided, nil
+	case b.Status.Method == dbv1.BackupPhysical:
+		return bootstrapPhysical, nil
+	}
+	return bootstrapLogical, nil // Logical, or completed before Backups had a method
 }
 
+// recoveryStarted: this Database's recovery Job or claim exists.
+func (r *DatabaseReconciler) recoveryStarted(ctx context.Context, db *dbv1.Database) (bool, error) {
+	job := &batchv1.Job{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: restoreJobName(db)}, job); {
+	case err == nil:
+		if c := job.Spec.Template.Spec.Containers; metav1.IsControlledBy(job, db) && len(c) > 0 && len(c[0].Args) > 0 && c[0].Args[0] == "recover" {
+			return true, nil
+		}
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("reading the restore Job: %w", err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: firstClaimName(db)}, pvc); {
+	case err == nil:
+		return pvc.Annotations[recoveryClaimAnnotation] == string(db.UID), nil
+	case !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("reading claim %s: %w", firstClaimName(db), err)
+	}
+	return false, nil
+}
+
+// firstClaimName is the first instance's claim (the StatefulSet is named
+// after the Database).
+func firstClaimName(db *dbv1.Database) string { return volumeClaimTemplate + "-" + db.Name + "-0" }
+
 // reconcileRecovery carries out a physical bootstrap; until it succeeded
-// the phases after it (the chart's objects, the pods) do not run.
+// the phases after it (the chart's objects, the pods) do not run. A
+// bootstrap whose Backup does not say yet how it is taken holds them too.
 func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Database, obs *observed) error {
 	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
 	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept) {
 		return nil
 	}
-	physical, err := r.physicalBootstrap(ctx, db)
-	if err != nil || !physical {
+	kind, err := r.bootstrapKindOf(ctx, db)
+	if err != nil {
 		return err
-	}
-	obs.physicalRestore, obs.restoring = true, true
-	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
-		obs.restored, obs.halt = cond, true
-		return nil
 	}
 	set := func(status metav1.ConditionStatus, reason, msg string) {
 		obs.restored = &metav1.Condition{Type: dbv1.ConditionRestored, Status: status, Reason: reason, Message: msg}
@@ -82,16 +124,57 @@ func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Dat
 		r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Recover", "%s", msg)
 		obs.halt = true
 	}
-	if kept := db.Annotations[keptVolumesAnnotation]; kept != "" {
-		// Over volumes kept from an earlier Database of this name: their
-		// data stands, as a logical restore would leave it.
-		msg := fmt.Sprintf("the backup was not recovered: volumes kept from an earlier Database of this name (%s) hold data, which is kept", kept)
-		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, msg)
-		obs.physicalRestore, obs.restoring = false, false
-		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Recover", "%s", msg)
+	switch kind {
+	case bootstrapLogical:
+		return nil
+	case bootstrapUndecided:
+		obs.physicalRestore, obs.restoring, obs.halt = true, true, true
+		if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
+			obs.restored = cond
+			return nil
+		}
+		_, err := r.restoreSource(ctx, db)
+		var waiting *waitingForBackup
+		var unusable *unusableBackup
+		switch {
+		case errors.As(err, &unusable):
+			failed(unusable.Error())
+		case errors.As(err, &waiting):
+			set(metav1.ConditionFalse, dbv1.ReasonWaitingForBackup, waiting.Error()+": no pod starts before it did (a physical backup is recovered before them)")
+			obs.requeueWithin(10 * time.Second)
+		case err != nil:
+			return fmt.Errorf("resolving the backup to restore: %w", err)
+		default:
+			obs.requeueWithin(time.Second) // completed in between
+		}
+		return nil
+	}
+	obs.physicalRestore, obs.restoring = true, true
+	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
+		obs.restored, obs.halt = cond, true
 		return nil
 	}
 
+	// A Job already made decides, whatever became of the Backup since.
+	job := &batchv1.Job{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: restoreJobName(db)}, job); {
+	case err == nil:
+		if !metav1.IsControlledBy(job, db) {
+			failed(fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
+			return nil
+		}
+		return r.recoveryOutcome(ctx, db, obs, job, set, failed)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the recovery Job: %w", err)
+	}
+
+	if why := r.keptVolumesRefusal(db); why != "" {
+		// Over data kept from an earlier Database of this name.
+		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, why)
+		obs.physicalRestore, obs.restoring = false, false
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Recover", "%s", why)
+		return nil
+	}
 	src, err := r.restoreSource(ctx, db)
 	var waiting *waitingForBackup
 	var unusable *unusableBackup
@@ -111,48 +194,45 @@ func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Dat
 		failed(why)
 		return nil
 	}
-	if src.backup.Status.Method != dbv1.BackupPhysical {
-		// A logical Backup without a recovery target: the Restore phase
-		// loads it into the running primary.
-		obs.physicalRestore, obs.restoring = false, false
-		return nil
-	}
-
-	job := &batchv1.Job{}
-	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: restoreJobName(db)}, job)
+	msg, err := r.startRecovery(ctx, db, src)
+	var refused *unusableBackup
 	switch {
-	case apierrors.IsNotFound(err):
-		msg, err := r.startRecovery(ctx, db, src)
-		var refused *unusableBackup
-		switch {
-		case errors.As(err, &refused):
-			failed(refused.Error())
-			return nil
-		case err != nil:
-			return err
-		}
-		set(metav1.ConditionFalse, dbv1.ReasonRestoring, msg)
-		obs.halt = true
+	case errors.As(err, &refused):
+		failed(refused.Error())
 		return nil
 	case err != nil:
-		return fmt.Errorf("reading the recovery Job: %w", err)
-	case !metav1.IsControlledBy(job, db):
-		failed(fmt.Sprintf("a Job named %s exists and does not belong to this Database: delete or rename it", job.Name))
-		return nil
+		return err
 	}
-	return r.recoveryOutcome(ctx, db, obs, job, src, set, failed)
+	set(metav1.ConditionFalse, dbv1.ReasonRestoring, msg)
+	obs.halt = true
+	return nil
+}
+
+// keptVolumesRefusal says why no recovery runs over the volumes kept from
+// an earlier Database of this name: it runs over the first instance's
+// claim alone (a recovery that never succeeded left only that one, and
+// the recovery Job refuses one that holds data), never beside the claims
+// of instances that served (their data stands, as a logical restore
+// would leave it).
+func (r *DatabaseReconciler) keptVolumesRefusal(db *dbv1.Database) string {
+	kept := db.Annotations[keptVolumesAnnotation]
+	if kept == "" || kept == firstClaimName(db) {
+		return ""
+	}
+	return fmt.Sprintf("the backup was not recovered: volumes kept from an earlier Database of this name (%s) hold its data, which is kept", kept)
 }
 
 // recoveryOutcome reads the recovery Job's end into the Restored
 // condition: until it succeeded, the phases after Recovery do not run.
-func (r *DatabaseReconciler) recoveryOutcome(ctx context.Context, db *dbv1.Database, obs *observed, job *batchv1.Job, src restoreFrom,
+func (r *DatabaseReconciler) recoveryOutcome(ctx context.Context, db *dbv1.Database, obs *observed, job *batchv1.Job,
 	set func(metav1.ConditionStatus, string, string), failed func(string)) error {
+	path := jobArg(job, "--path=")
 	out, err := readJobOutcome(ctx, r.APIReader, job, componentRestore, "recovery", r.now())
 	switch {
 	case err != nil:
 		return err
 	case out.running:
-		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("recovery Job %s is unpacking %s and replaying the WAL archive to %s", job.Name, src.path, targetOf(db)))
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("recovery Job %s is unpacking %s and replaying the WAL archive to %s", job.Name, path, targetOf(db)))
 		obs.halt = true
 		return nil
 	case out.resultPending:
@@ -161,7 +241,7 @@ func (r *DatabaseReconciler) recoveryOutcome(ctx context.Context, db *dbv1.Datab
 		obs.halt = true
 		return nil
 	case out.reported && out.result.Reason == backup.ReasonNotEmpty:
-		msg := fmt.Sprintf("the backup %s was not recovered: %s", src.path, out.result.Message)
+		msg := fmt.Sprintf("the backup %s was not recovered: %s", path, out.result.Message)
 		set(metav1.ConditionFalse, dbv1.ReasonExistingDataKept, msg)
 		obs.physicalRestore, obs.restoring = false, false
 		r.event(db, corev1.EventTypeWarning, dbv1.ReasonExistingDataKept, "Recover", "%s", msg)
@@ -173,12 +253,24 @@ func (r *DatabaseReconciler) recoveryOutcome(ctx context.Context, db *dbv1.Datab
 		set(metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded, msg)
 		obs.restoring = false
 		r.event(db, corev1.EventTypeNormal, dbv1.ReasonRestoreSucceeded, "Recover", "%s", msg)
-		log.FromContext(ctx).Info("recovered", "backup", src.path, "result", out.result.Message)
+		log.FromContext(ctx).Info("recovered", "backup", path, "result", out.result.Message)
 		return nil
 	}
 	failed(fmt.Sprintf("recovering %s to %s failed: %s: %s; the backup and the archive are untouched and no pod was started: fix the cause and recreate the Database",
-		src.path, targetOf(db), out.reason, out.message))
+		path, targetOf(db), out.reason, out.message))
 	return nil
+}
+
+// jobArg is the value of a Job's argument with prefix (--path=...).
+func jobArg(job *batchv1.Job, prefix string) string {
+	for _, c := range job.Spec.Template.Spec.Containers {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, prefix); ok {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 // targetOf says where db's recovery stops.
@@ -286,7 +378,11 @@ func (r *DatabaseReconciler) ensureRecoveryClaim(ctx context.Context, db *dbv1.D
 	pvc := &corev1.PersistentVolumeClaim{}
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, pvc); {
 	case err == nil:
-		if pvc.Annotations[recoveryClaimAnnotation] != string(db.UID) {
+		// Kept from an earlier Database of this name (keptVolumesRefusal
+		// let it through: the first instance's alone), the Job recovers
+		// onto it only when it holds no data.
+		kept := db.Annotations[keptVolumesAnnotation] == name
+		if pvc.Annotations[recoveryClaimAnnotation] != string(db.UID) && !kept {
 			return "", &unusableBackup{fmt.Sprintf("a claim named %s exists that this recovery did not make: nothing is recovered over it (delete it, or recreate the Database without bootstrap to keep its data)", name)}
 		}
 		return name, nil
@@ -305,7 +401,8 @@ func (r *DatabaseReconciler) ensureRecoveryClaim(ctx context.Context, db *dbv1.D
 			Annotations: map[string]string{recoveryClaimAnnotation: string(db.UID)}},
 		Spec: *tmpl.Spec.DeepCopy(),
 	}
-	if err := r.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Create(ctx, pvc); err != nil {
+		// One that appeared in between is looked at again next time.
 		return "", fmt.Errorf("creating claim %s for the recovery: %w", name, err)
 	}
 	return name, nil
@@ -338,6 +435,9 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 		return nil, fmt.Errorf("the rendered database container has no PGDATA or no %s mount", volumeClaimTemplate)
 	}
 	tp := targetForPod(src.target, db)
+	for i := range tp.mounts {
+		tp.mounts[i].ReadOnly = true // the source's backups and archive are only read
+	}
 	args := append([]string{"recover"}, tp.args...)
 	args = append(args, "--path="+src.path, "--pgdata="+pgdata, "--scratch="+jobScratchDir,
 		"--user="+engine.ProfileOf(db.Spec.Engine).Superuser, "--replication-user="+engine.ReplicationUser, "--result-file="+jobResultFile)
@@ -387,8 +487,11 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 					AutomountServiceAccountToken: ptr.To(false),
 					SecurityContext:              pod.Spec.SecurityContext,
 					ImagePullSecrets:             pod.Spec.ImagePullSecrets,
-					NodeSelector:                 pod.Spec.NodeSelector,
-					Tolerations:                  pod.Spec.Tolerations,
+					// Where the first instance may run: the claim binds there.
+					NodeSelector:      pod.Spec.NodeSelector,
+					Affinity:          pod.Spec.Affinity,
+					Tolerations:       pod.Spec.Tolerations,
+					PriorityClassName: pod.Spec.PriorityClassName,
 					InitContainers: []corev1.Container{{
 						Name: "operator-binary", Image: operatorImage, Command: []string{"/manager", "copy-binary", jobBinary},
 						VolumeMounts:    []corev1.VolumeMount{{Name: "bin", MountPath: jobBinDir}},

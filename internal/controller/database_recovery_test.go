@@ -269,3 +269,146 @@ func TestLongEventNotesBounded(t *testing.T) {
 		t.Errorf("events %q, want one within 1 kB", notes)
 	}
 }
+
+// reconcileDB reconciles db once and returns it as stored.
+func reconcileDB(t *testing.T, r *DatabaseReconciler, c client.Client, db *dbv1.Database) *dbv1.Database {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}); err != nil {
+		t.Fatal(err)
+	}
+	got := &dbv1.Database{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(db), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func hasStatefulSet(t *testing.T, c client.Client, db *dbv1.Database) bool {
+	t.Helper()
+	return c.Get(context.Background(), client.ObjectKeyFromObject(db), &appsv1.StatefulSet{}) == nil
+}
+
+// TestBootstrapWaitsForTheBackupToSay: while the Backup to restore is
+// missing or not completed (its method may still be decided), no pod
+// starts: a physical one is recovered before them, and pods started early
+// would initialize an empty database on the volume it needs. A completed
+// logical Backup lets them start (it is loaded into the running primary).
+func TestBootstrapWaitsForTheBackupToSay(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		backup  *dbv1.Backup
+		wantSTS bool
+	}{
+		{"missing", nil, false},
+		{"running, method not recorded yet", physicalBackup(func(b *dbv1.Backup) { b.Status.Phase, b.Status.Method = dbv1.BackupRunning, "" }), false},
+		{"pending", physicalBackup(func(b *dbv1.Backup) { b.Status.Phase = dbv1.BackupPending }), false},
+		{"completed logical", physicalBackup(func(b *dbv1.Backup) { b.Status.Method, b.Status.ArchivePath = dbv1.BackupLogical, "" }), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := recoveringDB(nil)
+			objs := []client.Object{db}
+			if tt.backup != nil {
+				objs = append(objs, tt.backup)
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, objs...)
+			got := reconcileDB(t, r, c, db)
+			if hasStatefulSet(t, c, db) != tt.wantSTS {
+				t.Fatalf("StatefulSet made: %t, want %t", !tt.wantSTS, tt.wantSTS)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionRestored)
+			if !tt.wantSTS && (cond == nil || cond.Reason != dbv1.ReasonWaitingForBackup) {
+				t.Errorf("Restored %+v, want WaitingForBackup", cond)
+			}
+		})
+	}
+}
+
+// TestRecoveryOutlivesItsBackup: the Backup deleted (by the source's
+// retention, say) once the recovery started: the recovery goes on, its
+// result is read, and the pods start only once it succeeded; after a
+// failure they never start.
+func TestRecoveryOutlivesItsBackup(t *testing.T) {
+	ctx := context.Background()
+	for _, succeed := range []bool{true, false} {
+		db := recoveringDB(nil)
+		b := physicalBackup()
+		writes := 0
+		r, c := newFakeReconciler(t, &writes, db, b)
+		reconcileDB(t, r, c, db)
+		if err := c.Delete(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		reconcileDB(t, r, c, db)
+		if hasStatefulSet(t, c, db) {
+			t.Fatal("the Backup deleted during the recovery let the pods start")
+		}
+		job := &batchv1.Job{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: restoreJobName(db)}, job); err != nil {
+			t.Fatal(err)
+		}
+		result := backup.Result{Succeeded: succeed, Reason: "Recovered", Message: "recovered to the end of the archive"}
+		if !succeed {
+			result = backup.Result{Reason: "RecoveryFailed", Message: "recovery ended before configured recovery target was reached"}
+		}
+		finishJob(t, c, job, result)
+		got := reconcileDB(t, r, c, db)
+		reconcileDB(t, r, c, db)
+		cond := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionRestored)
+		if succeed != hasStatefulSet(t, c, db) || cond == nil || (cond.Status == metav1.ConditionTrue) != succeed {
+			t.Errorf("succeeded %t: StatefulSet %t, Restored %+v", succeed, hasStatefulSet(t, c, db), cond)
+		}
+	}
+}
+
+// TestRecreatedAfterAFailedRecovery: a Database re-created under the name
+// of one whose recovery failed finds the first instance's claim kept
+// (deletionPolicy Retain), with no data: the recovery runs onto it (the
+// Job refuses it if it holds data) instead of taking it as data to keep,
+// which let the pods initialize an empty database. Claims of several
+// instances are data that served: kept, no recovery.
+func TestRecreatedAfterAFailedRecovery(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name    string
+		kept    []string
+		wantJob bool
+	}{
+		{"the first instance's claim alone", []string{"data-orders-at-noon-0"}, true},
+		{"claims of instances that served", []string{"data-orders-at-noon-0", "data-orders-at-noon-1"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := recoveringDB(nil)
+			objs := []client.Object{db, physicalBackup()}
+			for _, name := range tt.kept {
+				objs = append(objs, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name,
+					Labels:      selectorLabels(db),
+					Annotations: map[string]string{recoveryClaimAnnotation: "uid-of-the-deleted-one"}}})
+			}
+			writes := 0
+			r, c := newFakeReconciler(t, &writes, objs...)
+			got := reconcileDB(t, r, c, db)
+			if got.Annotations[keptVolumesAnnotation] == "" {
+				t.Fatalf("the claims %v were not taken as kept", tt.kept)
+			}
+			got = reconcileDB(t, r, c, got)
+			job := &batchv1.Job{}
+			hasJob := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: restoreJobName(db)}, job) == nil
+			cond := meta.FindStatusCondition(got.Status.Conditions, dbv1.ConditionRestored)
+			if hasJob != tt.wantJob {
+				t.Fatalf("recovery Job made: %t, want %t (Restored %+v)", hasJob, tt.wantJob, cond)
+			}
+			if tt.wantJob {
+				if hasStatefulSet(t, c, db) || !slices.ContainsFunc(job.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+					return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "data-orders-at-noon-0"
+				}) {
+					t.Errorf("the recovery does not run onto the kept claim before the pods")
+				}
+				return
+			}
+			if cond == nil || cond.Reason != dbv1.ReasonExistingDataKept {
+				t.Errorf("Restored %+v, want ExistingDataKept", cond)
+			}
+		})
+	}
+}

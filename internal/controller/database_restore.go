@@ -45,6 +45,9 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept) {
 		return nil
 	}
+	if obs.physicalRestore || obs.restored != nil {
+		return nil // the Recovery phase's (before the pods), or decided there
+	}
 	obs.restoring = true
 	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
 		obs.restored = cond
@@ -52,9 +55,6 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	}
 	set := func(status metav1.ConditionStatus, reason, msg string) {
 		obs.restored = &metav1.Condition{Type: dbv1.ConditionRestored, Status: status, Reason: reason, Message: msg}
-	}
-	if obs.physicalRestore {
-		return nil // the Recovery phase's (before the pods)
 	}
 	src, err := r.restoreSource(ctx, db)
 	target, path := src.target, src.path
@@ -141,31 +141,26 @@ type restoreFrom struct {
 // *unusableBackup when it cannot be restored, and with any other error
 // when the API could not be read (retried).
 func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Database) (restoreFrom, error) {
-	target, path, b, err := r.resolveBootstrap(ctx, db)
-	return restoreFrom{target: target, path: path, backup: b}, err
-}
-
-func (r *DatabaseReconciler) resolveBootstrap(ctx context.Context, db *dbv1.Database) (dbv1.BackupTarget, string, *dbv1.Backup, error) {
 	bs := db.Spec.Bootstrap
 	if bs.Source != nil {
-		return bs.Source.Target, bs.Source.Path, nil, nil
+		return restoreFrom{target: bs.Source.Target, path: bs.Source.Path}, nil
 	}
 	b := &dbv1.Backup{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: bs.Backup.Name}, b); err != nil {
 		if apierrors.IsNotFound(err) {
-			return dbv1.BackupTarget{}, "", nil, &waitingForBackup{fmt.Sprintf("waiting for Backup %q, which does not exist in namespace %s", bs.Backup.Name, db.Namespace)}
+			return restoreFrom{}, &waitingForBackup{fmt.Sprintf("waiting for Backup %q, which does not exist in namespace %s", bs.Backup.Name, db.Namespace)}
 		}
-		return dbv1.BackupTarget{}, "", nil, fmt.Errorf("reading Backup %s: %w", bs.Backup.Name, err)
+		return restoreFrom{}, fmt.Errorf("reading Backup %s: %w", bs.Backup.Name, err)
 	}
 	switch b.Status.Phase {
 	case dbv1.BackupCompleted:
 	case dbv1.BackupFailed, dbv1.BackupSkipped:
-		return dbv1.BackupTarget{}, "", nil, &unusableBackup{fmt.Sprintf("Backup %s cannot be restored: it is %s (%s)", b.Name, b.Status.Phase, b.Status.Message)}
+		return restoreFrom{}, &unusableBackup{fmt.Sprintf("Backup %s cannot be restored: it is %s (%s)", b.Name, b.Status.Phase, b.Status.Message)}
 	default:
-		return dbv1.BackupTarget{}, "", nil, &waitingForBackup{fmt.Sprintf("waiting for Backup %s to complete (it is %s)", b.Name, b.Status.Phase)}
+		return restoreFrom{}, &waitingForBackup{fmt.Sprintf("waiting for Backup %s to complete (it is %s)", b.Name, b.Status.Phase)}
 	}
 	if b.Status.Engine != "" && b.Status.Engine != db.Spec.Engine {
-		return dbv1.BackupTarget{}, "", nil, &unusableBackup{fmt.Sprintf("Backup %s is a %s backup and cannot be restored into a %s Database", b.Name, b.Status.Engine, db.Spec.Engine)}
+		return restoreFrom{}, &unusableBackup{fmt.Sprintf("Backup %s is a %s backup and cannot be restored into a %s Database", b.Name, b.Status.Engine, db.Spec.Engine)}
 	}
 	// The target the backup went to, as recorded; for Backups recorded
 	// without it, the Backup's own or its source Database's.
@@ -185,14 +180,14 @@ func (r *DatabaseReconciler) resolveBootstrap(ctx context.Context, db *dbv1.Data
 			// The source is gone: its default volume claim (kept) holds the backup.
 			target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
 		default:
-			return dbv1.BackupTarget{}, "", nil, fmt.Errorf("reading Database %s, the Backup's source: %w", b.Spec.Database.Name, err)
+			return restoreFrom{}, fmt.Errorf("reading Database %s, the Backup's source: %w", b.Spec.Database.Name, err)
 		}
 	}
 	if target.S3 == nil && (target.Volume == nil || target.Volume.ClaimName == "") {
 		// The backed-up Database's default claim, not the new one's.
 		target = dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: b.Spec.Database.Name + defaultBackupClaimSuffix}}
 	}
-	return target, b.Status.Path, b, nil
+	return restoreFrom{target: target, path: b.Status.Path, backup: b}, nil
 }
 
 func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database, obs *observed, target dbv1.BackupTarget, path string,

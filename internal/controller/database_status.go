@@ -63,8 +63,10 @@ type observed struct {
 	// physicalRestore: the bootstrap is a physical recovery, before the
 	// pods (the Recovery phase's, not the Restore phase's).
 	physicalRestore bool
-	// firstRecoverable: status.firstRecoverabilityPoint (observeBackups).
+	// firstRecoverable: status.firstRecoverabilityPoint, when
+	// backupsObserved (observeBackups listed the Backups).
 	firstRecoverable *metav1.Time
+	backupsObserved  bool
 
 	// instances are the reconcile's connections to the servers (nil
 	// without an InstanceConnector).

@@ -71,11 +71,12 @@ func (a Account) validate() error {
 	return nil
 }
 
-// scramVerifier is PostgreSQL's stored form of a SCRAM-SHA-256 password
+// SCRAMVerifier is PostgreSQL's stored form of a SCRAM-SHA-256 password
 // (RFC 5802 with PostgreSQL's encoding): sent instead of the password, it
 // keeps the password out of the server's logs (a failed statement is
-// logged with its text).
-func scramVerifier(password string) (string, error) {
+// logged with its text). It holds base64, '$' and ':' only: a literal
+// whatever standard_conforming_strings says.
+func SCRAMVerifier(password string) (string, error) {
 	salt := make([]byte, 16)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err

@@ -597,7 +597,7 @@ func (p *postgres) EnsureAccount(ctx context.Context, a Account) error {
 	if err := a.validate(); err != nil {
 		return err
 	}
-	verifier, err := scramVerifier(a.Password)
+	verifier, err := SCRAMVerifier(a.Password)
 	if err != nil {
 		return err
 	}

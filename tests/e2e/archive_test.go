@@ -163,8 +163,10 @@ func TestPointInTimeRecovery(t *testing.T) {
 		if st.FirstRecoverabilityPoint == nil || st.LastRecoverableTime == nil {
 			return fmt.Sprintf("first %v, last %v", st.FirstRecoverabilityPoint, st.LastRecoverableTime)
 		}
-		if !st.FirstRecoverabilityPoint.Equal(b.Status.CompletedAt) || st.LastRecoverableTime.Time.Before(target.Truncate(time.Second)) {
-			return fmt.Sprintf("window %s to %s, want from %s to past %s", st.FirstRecoverabilityPoint, st.LastRecoverableTime, b.Status.CompletedAt, target)
+		// From the second after the Backup completed (whole seconds) to
+		// past T.
+		if !st.FirstRecoverabilityPoint.Time.Equal(b.Status.CompletedAt.Add(time.Second)) || st.LastRecoverableTime.Time.Before(target.Truncate(time.Second)) {
+			return fmt.Sprintf("window %s to %s, want from the second after %s to past %s", st.FirstRecoverabilityPoint, st.LastRecoverableTime, b.Status.CompletedAt, target)
 		}
 		return ""
 	})

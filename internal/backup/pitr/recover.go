@@ -23,6 +23,7 @@ import (
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/internal/engine"
 )
 
 // Reasons a recovery fails, besides the backup package's (BackupCorrupt,
@@ -145,15 +146,10 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 		return nil, fail(backup.ReasonLoadFailed, "clearing an earlier attempt: %w", err)
 	}
 	logf("unpacking %s into %s", o.Store.Location(o.Path), work)
-	if _, err := backup.ExtractPhysical(ctx, o.Store, o.Path, o.Scratch, work); err != nil {
-		return nil, err
-	}
-	if err := prepare(work); err != nil {
-		return nil, fail(backup.ReasonLoadFailed, "preparing %s for recovery: %w", work, err)
-	}
-	out, err := replay(ctx, o, work, logf)
+	out, err := recoverInto(ctx, o, work, logf)
 	if err != nil {
-		// A copy of the backup, half replayed: the backup itself is intact.
+		// A copy of the backup, unpacked or half replayed: the backup
+		// itself is intact.
 		_ = os.RemoveAll(work)
 		return nil, err
 	}
@@ -161,7 +157,32 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 	if err := os.Rename(work, o.DataDir); err != nil {
 		return nil, fail(backup.ReasonLoadFailed, "moving the recovered data directory into place: %w", err)
 	}
+	// The rename outlives a crash of the node: once the Job says it
+	// succeeded, the pod must find the data there.
+	if err := syncDir(filepath.Dir(o.DataDir)); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "syncing %s: %w", filepath.Dir(o.DataDir), err)
+	}
 	return out, nil
+}
+
+// recoverInto unpacks the base backup into work and replays it.
+func recoverInto(ctx context.Context, o Options, work string, logf func(string, ...any)) (*Outcome, error) {
+	if _, err := backup.ExtractPhysical(ctx, o.Store, o.Path, o.Scratch, work); err != nil {
+		return nil, err
+	}
+	if err := prepare(work); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "preparing %s for recovery: %w", work, err)
+	}
+	return replay(ctx, o, work, logf)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // checkWindow refuses a target the backup and the archive cannot reach,
@@ -324,6 +345,9 @@ func waitPromoted(ctx context.Context, user, sock string, exited <-chan struct{}
 		return nil, err
 	}
 	cfg.Host, cfg.Port, cfg.User = sock, 5432, user
+	// Over any role's or database's own settings in the restored catalog.
+	cfg.RuntimeParams["log_statement"] = "none"
+	cfg.RuntimeParams["log_min_error_statement"] = "panic"
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -364,7 +388,13 @@ func finish(ctx context.Context, conn *pgx.Conn, accounts []Account) (*Outcome, 
 		if a.Replication {
 			attrs += " REPLICATION"
 		}
-		stmt := fmt.Sprintf("%s ROLE %s WITH%s PASSWORD %s", verb, pgx.Identifier{a.Name}.Sanitize(), attrs, quoteLiteral(a.Password))
+		// The verifier, never the password, is in the statement: a role's
+		// own log_statement could log it.
+		verifier, err := engine.SCRAMVerifier(a.Password)
+		if err != nil {
+			return nil, fail(ReasonRecoveryFailed, "hashing the password of role %s: %w", a.Name, err)
+		}
+		stmt := fmt.Sprintf("%s ROLE %s WITH%s PASSWORD '%s'", verb, pgx.Identifier{a.Name}.Sanitize(), attrs, verifier)
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return nil, fail(ReasonRecoveryFailed, "setting the password of role %s: %w", a.Name, err)
 		}
@@ -384,10 +414,6 @@ func finish(ctx context.Context, conn *pgx.Conn, accounts []Account) (*Outcome, 
 	}
 	return out, nil
 }
-
-// quoteLiteral quotes a string for SQL (standard_conforming_strings is on
-// since PostgreSQL 9.1).
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // tail is the last n lines of the server's log that say what went wrong
 // (FATAL, PANIC, ERROR, and wal-fetch's own CORRUPT ARCHIVE), for an error
