@@ -108,10 +108,10 @@ func firstClaimName(db *dbv1.Database) string { return volumeClaimTemplate + "-"
 // the phases after it (the chart's objects, the pods) do not run. A
 // bootstrap whose Backup does not say yet how it is taken holds them too.
 func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
-	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept) {
+	if bootstrapSettled(db) {
 		return nil
 	}
+	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
 	kind, err := r.bootstrapKindOf(ctx, db)
 	if err != nil {
 		return err
@@ -128,26 +128,7 @@ func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Dat
 	case bootstrapLogical:
 		return nil
 	case bootstrapUndecided:
-		obs.physicalRestore, obs.restoring, obs.halt = true, true, true
-		if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
-			obs.restored = cond
-			return nil
-		}
-		_, err := r.restoreSource(ctx, db)
-		var waiting *waitingForBackup
-		var unusable *unusableBackup
-		switch {
-		case errors.As(err, &unusable):
-			failed(unusable.Error())
-		case errors.As(err, &waiting):
-			set(metav1.ConditionFalse, dbv1.ReasonWaitingForBackup, waiting.Error()+": no pod starts before it did (a physical backup is recovered before them)")
-			obs.requeueWithin(10 * time.Second)
-		case err != nil:
-			return fmt.Errorf("resolving the backup to restore: %w", err)
-		default:
-			obs.requeueWithin(time.Second) // completed in between
-		}
-		return nil
+		return r.waitForBootstrapKind(ctx, db, obs, cond, set, failed)
 	}
 	obs.physicalRestore, obs.restoring = true, true
 	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
@@ -205,6 +186,32 @@ func (r *DatabaseReconciler) reconcileRecovery(ctx context.Context, db *dbv1.Dat
 	}
 	set(metav1.ConditionFalse, dbv1.ReasonRestoring, msg)
 	obs.halt = true
+	return nil
+}
+
+// waitForBootstrapKind holds the pods while the Backup does not say how
+// it is taken, and says why.
+func (r *DatabaseReconciler) waitForBootstrapKind(ctx context.Context, db *dbv1.Database, obs *observed, cond *metav1.Condition,
+	set func(metav1.ConditionStatus, string, string), failed func(string)) error {
+	obs.physicalRestore, obs.restoring, obs.halt = true, true, true
+	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
+		obs.restored = cond
+		return nil
+	}
+	_, err := r.restoreSource(ctx, db)
+	var waiting *waitingForBackup
+	var unusable *unusableBackup
+	switch {
+	case errors.As(err, &unusable):
+		failed(unusable.Error())
+	case errors.As(err, &waiting):
+		set(metav1.ConditionFalse, dbv1.ReasonWaitingForBackup, waiting.Error()+": no pod starts before it did (a physical backup is recovered before them)")
+		obs.requeueWithin(10 * time.Second)
+	case err != nil:
+		return fmt.Errorf("resolving the backup to restore: %w", err)
+	default:
+		obs.requeueWithin(time.Second) // completed in between
+	}
 	return nil
 }
 

@@ -38,16 +38,11 @@ func restoreJobName(db *dbv1.Database) string { return db.Name + "-restore" }
 // failed restore is not retried: the condition says why, the backup is
 // untouched, and the user recreates the Database (or fixes the backup).
 func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	if db.Spec.Bootstrap == nil {
+	// The Recovery phase's (before the pods), or decided there.
+	if bootstrapSettled(db) || obs.physicalRestore || obs.restored != nil {
 		return nil
 	}
 	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
-	if cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept) {
-		return nil
-	}
-	if obs.physicalRestore || obs.restored != nil {
-		return nil // the Recovery phase's (before the pods), or decided there
-	}
 	obs.restoring = true
 	if cond != nil && cond.Reason == dbv1.ReasonRestoreFailed {
 		obs.restored = cond
@@ -114,6 +109,16 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, msg)
 	r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%s", msg)
 	return nil
+}
+
+// bootstrapSettled: no bootstrap, or it ended with the data in place
+// (restored, or kept from an earlier Database).
+func bootstrapSettled(db *dbv1.Database) bool {
+	if db.Spec.Bootstrap == nil {
+		return true
+	}
+	cond := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionRestored)
+	return cond != nil && (cond.Status == metav1.ConditionTrue || cond.Reason == dbv1.ReasonExistingDataKept)
 }
 
 // waitingForBackup: the Backup to restore has not completed yet (or does
