@@ -234,8 +234,15 @@ test-faults: ## The fault scenarios once per engine on real pods (root): machine
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" PROMETHEUS_BIN="$$PROM" go test -count=1 -parallel 3 -v -timeout 120m ./tests/e2e/ \
 		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime|TestPrimaryPod|TestPrimaryEvicted|TestScaleDown|TestRecreatedOverKeptVolumes|TestInterruptedFailoverUndone|TestStuckRollout|TestConnectionTableFull|TestCrashDurability|TestPrometheusAlerts|TestCrashCausesDiagnosed'
 
+.PHONY: test-pitr-full
+test-pitr-full: ## Point-in-time recovery on real pods (root): the recover program on real servers (a target outside the window, a corrupt segment), a recovery to T into a new Database, and one across a switchover's timeline change with a corrupt segment that leaves the recovered Database Failed with no pod.
+	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
+	go test -count=1 -v -timeout 10m -run 'TestPostgresPointInTimeRecovery' ./tests/backup/ && \
+	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test -count=1 -parallel 2 -v -timeout 30m ./tests/e2e/ \
+		-run 'TestPointInTimeRecovery|TestContinuousArchiving'
+
 .PHONY: test-full
-test-full: test test-faults test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), the integration suite on the oldest supported Kubernetes.
+test-full: test test-faults test-pitr-full test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite on the oldest supported Kubernetes.
 
 FAULT_RUNS ?= 5
 .PHONY: bench-faults

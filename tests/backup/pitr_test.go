@@ -9,16 +9,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/pitr"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/tests/utils/pitrcheck"
 	"example.com/database-operator/tests/utils/testservers"
 )
 
@@ -134,54 +132,6 @@ func giveTreeToPostgres(t *testing.T, root string) {
 	}
 }
 
-// write is one row a writer inserted: when it was sent, and when (if) the
-// server acknowledged its commit.
-type write struct {
-	id          int64
-	sent, acked time.Time
-}
-
-// writer inserts timestamped rows one transaction at a time until stop.
-func writer(ctx context.Context, t *testing.T, p *testservers.Postgres, stop <-chan struct{}) func() []write {
-	c, err := p.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var out []write
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer c.Close(context.Background())
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			w := write{sent: time.Now()}
-			err := c.QueryRow(ctx, "INSERT INTO events (at) VALUES (clock_timestamp()) RETURNING id").Scan(&w.id)
-			if err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("writer: %v", err)
-				}
-				return
-			}
-			w.acked = time.Now()
-			mu.Lock()
-			out = append(out, w)
-			mu.Unlock()
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
-	return func() []write {
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return out
-	}
-}
-
 // archived waits until the server's archiver has archived the segment it
 // just switched away from.
 func switchAndArchive(t *testing.T, ctx context.Context, p *testservers.Postgres) string {
@@ -229,7 +179,7 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		Settings: []string{"archive_mode = on", "archive_command = '" + w.archive + "'"},
 	})
 	pgExec(t, ctx, src, "postgres",
-		"CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL)",
+		"CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())",
 		"CREATE TABLE doomed (id int)", "INSERT INTO doomed VALUES (1)")
 	// The base backup: the backup program's physical method (pg_basebackup
 	// streamed to the target with its checksum), unpacked by
@@ -292,8 +242,12 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 	// What follows lies in segments only the archive holds.
 	first := switchAndArchive(t, ctx, src)
 
-	stop := make(chan struct{})
-	collect := writer(ctx, t, src, stop)
+	wc, err := src.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close(context.Background())
+	w8 := pitrcheck.Start(ctx, wc, t.Errorf)
 	time.Sleep(700 * time.Millisecond)
 	var target time.Time
 	c := pgConn(t, ctx, src, "postgres")
@@ -303,19 +257,10 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 	time.Sleep(700 * time.Millisecond)
 	pgExec(t, ctx, src, "postgres", "DROP TABLE doomed")
 	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	writes := collect()
+	writes := w8.Stop()
 	c.Close(ctx)
 	last := switchAndArchive(t, ctx, src)
-	var before, after int
-	for _, w := range writes {
-		switch {
-		case w.acked.Before(target):
-			before++
-		case w.sent.After(target):
-			after++
-		}
-	}
+	before, after := pitrcheck.Sides(writes, target)
 	if before == 0 || after == 0 {
 		t.Fatalf("%d writes acknowledged before T, %d sent after: the writer did not straddle T", before, after)
 	}
@@ -416,27 +361,11 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		waitPromoted(t, ctx, restored)
 		rc := pgConn(t, ctx, restored, "postgres")
 		defer rc.Close(ctx)
-		present := map[int64]bool{}
-		rows, err := rc.Query(ctx, "SELECT id FROM events")
+		ids, err := pitrcheck.Rows(ctx, rc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, id := range ids {
-			present[id] = true
-		}
-		var lost, leaked int
-		for _, w := range writes {
-			switch {
-			case w.acked.Before(target) && !present[w.id]:
-				lost++
-			case w.sent.After(target) && present[w.id]:
-				leaked++
-			}
-		}
+		lost, leaked := pitrcheck.Judge(writes, ids, target)
 		if lost > 0 || leaked > 0 {
 			t.Errorf("restored to T: %d writes acknowledged before T missing, %d sent after T present (of %d rows)", lost, leaked, len(ids))
 		}

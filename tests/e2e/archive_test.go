@@ -20,6 +20,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/tests/utils/pitrcheck"
 	"example.com/database-operator/tests/utils/testservers"
 )
 
@@ -154,7 +155,7 @@ func TestPointInTimeRecovery(t *testing.T) {
 	w := p.startWriter()
 	target := p.moment()
 	p.exec("DROP TABLE doomed")
-	writes := w.stop()
+	writes := w.Stop()
 	p.switchArchived()
 	straddles(t, writes, target)
 
@@ -201,7 +202,7 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 	p.backup("base")
 	w := p.startWriter()
 	time.Sleep(time.Second)
-	early := w.stop()
+	early := w.Stop()
 	p.switchArchived()
 	updateDatabase(t, p.db, func(db *dbv1.Database) { db.Spec.Primary = p.db.Name + "-1" })
 	eventually(t, 3*time.Minute, "the new primary serving", func() string {
@@ -215,7 +216,7 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 	w = p.startWriter()
 	target := p.moment()
 	p.exec("DROP TABLE doomed")
-	writes := append(early, w.stop()...)
+	writes := append(early, w.Stop()...)
 	last := p.switchArchived()
 	straddles(t, writes, target)
 	var timeline int64
@@ -349,104 +350,37 @@ func (p *pitrSource) recoverTo(name, backup string, target time.Time, replicas i
 	})
 }
 
-// pitrWrite is one row the writer inserted: when it was sent, and when the
-// server acknowledged its commit.
-type pitrWrite struct {
-	id          int64
-	sent, acked time.Time
-}
-
-type pitrWriter struct {
-	halt, done chan struct{}
-	writes     []pitrWrite
-}
-
 // startWriter inserts rows on a session of its own until stopped.
-func (p *pitrSource) startWriter() *pitrWriter {
-	t := p.t
-	c := pgRW(t, p.db, p.user, p.password)
-	w := &pitrWriter{halt: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.halt:
-				return
-			default:
-			}
-			wr := pitrWrite{sent: time.Now()}
-			if err := c.QueryRow(context.Background(), "INSERT INTO events DEFAULT VALUES RETURNING id").Scan(&wr.id); err != nil {
-				t.Errorf("writer: %v", err)
-				return
-			}
-			wr.acked = time.Now()
-			w.writes = append(w.writes, wr)
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
-	return w
-}
-
-func (w *pitrWriter) stop() []pitrWrite {
-	close(w.halt)
-	<-w.done
-	return w.writes
+func (p *pitrSource) startWriter() *pitrcheck.Writer {
+	return pitrcheck.Start(context.Background(), pgRW(p.t, p.db, p.user, p.password), p.t.Errorf)
 }
 
 // straddles checks the writes lie on both sides of target.
-func straddles(t *testing.T, writes []pitrWrite, target time.Time) {
+func straddles(t *testing.T, writes []pitrcheck.Write, target time.Time) {
 	t.Helper()
-	var before, after int
-	for _, w := range writes {
-		switch {
-		case w.acked.Before(target):
-			before++
-		case w.sent.After(target):
-			after++
-		}
-	}
-	if before == 0 || after == 0 {
+	if before, after := pitrcheck.Sides(writes, target); before == 0 || after == 0 {
 		t.Fatalf("%d writes acknowledged before T, %d sent after: the writer did not straddle T", before, after)
 	}
 }
 
 // recoveredTo checks a recovered Database has every write acknowledged
 // before target and none sent after, and the table dropped after it back.
-func recoveredTo(t *testing.T, db *dbv1.Database, writes []pitrWrite, target time.Time) {
+func recoveredTo(t *testing.T, db *dbv1.Database, writes []pitrcheck.Write, target time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	user, password := credentials(t, db)
 	c := pgRW(t, db, user, password)
-	rows, err := c.Query(ctx, "SELECT id FROM events")
+	ids, err := pitrcheck.Rows(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		t.Fatal(err)
-	}
-	present := map[int64]bool{}
-	for _, id := range ids {
-		present[id] = true
-	}
-	var lost, leaked, before int
-	for _, w := range writes {
-		switch {
-		case w.acked.Before(target):
-			before++
-			if !present[w.id] {
-				lost++
-			}
-		case w.sent.After(target) && present[w.id]:
-			leaked++
-		}
-	}
-	if lost > 0 || leaked > 0 {
+	if lost, leaked := pitrcheck.Judge(writes, ids, target); lost > 0 || leaked > 0 {
 		t.Errorf("recovered to T: %d writes acknowledged before T missing, %d sent after T present (of %d rows)", lost, leaked, len(ids))
 	}
 	var n int
 	if err := c.QueryRow(ctx, "SELECT count(*) FROM doomed").Scan(&n); err != nil || n != 1 {
 		t.Errorf("the table dropped after T: %d rows (%v), want it back", n, err)
 	}
+	before, _ := pitrcheck.Sides(writes, target)
 	t.Logf("%s recovered to T: %d rows, all %d acknowledged before T among them", db.Name, len(ids), before)
 }
