@@ -241,6 +241,12 @@ test-pitr-full: ## Point-in-time recovery on real pods (root): the recover progr
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test -count=1 -parallel 2 -v -timeout 30m ./tests/e2e/ \
 		-run 'TestPointInTimeRecovery|TestContinuousArchiving'
 
+PITR_RUNS ?= 5
+.PHONY: bench-pitr
+bench-pitr: ## PostgreSQL's recovery point, PITR_RUNS times: a Database archiving with a 10 s timeout loses its primary's machine under writes and is deleted with its volumes; the latest moment is recovered into a new Database; acknowledged writes lost and the recovery point per run, p50 and max (real pods; root).
+	@BIN=$$(hack/build-tools.sh cluster); \
+	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'BenchmarkRecoveryPoint' -benchtime=$(PITR_RUNS)x -timeout 60m ./tests/e2e/
+
 .PHONY: test-full
 test-full: test test-faults test-pitr-full test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite on the oldest supported Kubernetes.
 

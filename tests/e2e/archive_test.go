@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/jackc/pgx/v5"
@@ -179,6 +180,55 @@ func TestPointInTimeRecovery(t *testing.T) {
 	t.Logf("recovered and running with 2 instances %s after its creation: %s", time.Since(start).Round(time.Second), cond.Message)
 	waitEvent(t, p.db.Namespace, restored.Name, "Normal RestoreSucceeded")
 	recoveredTo(t, restored, writes, target)
+
+	// The source's machine is lost under writes, and the Database deleted
+	// with its volumes: the latest moment the archive holds is recovered.
+	lost, point := p.recoveryPoint("base", "pitr-latest")
+	t.Logf("recovery point after losing every instance and its volume: %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged (archive timeout 10 s)",
+		lost, point.Round(time.Millisecond))
+}
+
+// recoveryPoint loses the source's primary under write load (its machine:
+// the server killed mid-write, nothing more archived) and deletes the
+// Database with its volumes, then recovers the latest moment the archive
+// holds from Backup backup into a new Database. It returns the
+// acknowledged writes lost and the recovery point (how long before the
+// last acknowledged write the last recovered one was acknowledged). The
+// recovered writes must be a prefix of the acknowledged ones.
+func (p *pitrSource) recoveryPoint(backup, name string) (int, time.Duration) {
+	t := p.t
+	t.Helper()
+	ctx := context.Background()
+	// The writer stops at its first error: the server is gone.
+	w := pitrcheck.Start(ctx, pgRW(t, p.db, p.user, p.password), func(string, ...any) {})
+	time.Sleep(4 * time.Second)
+	primary := k8sDatabase(t, p.db).Status.CurrentPrimary
+	if err := node.Down(p.db.Namespace, primary); err != nil {
+		t.Fatal(err)
+	}
+	writes := w.Stop()
+	if err := k8s.Delete(ctx, p.db); err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) == 0 {
+		t.Fatal("no write acknowledged before the primary was lost")
+	}
+	start := time.Now()
+	restored := newDatabase(t, p.db.Namespace, name, dbv1.EnginePostgreSQL, "15", func(d *dbv1.Database) {
+		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: backup}}
+	})
+	restored = waitRunning(t, restored, 1, 6*time.Minute)
+	t.Logf("%s recovered to the end of the archive and running %s after its creation", name, time.Since(start).Round(time.Second))
+	user, password := credentials(t, restored)
+	ids, err := pitrcheck.Rows(ctx, pgRW(t, restored, user, password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, holes, point := pitrcheck.Loss(writes, ids)
+	if holes > 0 {
+		t.Errorf("the recovery holds %d rows but misses %d writes acknowledged before the last of them", len(ids), holes)
+	}
+	return lost, point
 }
 
 // TestPointInTimeRecoveryAcrossTimelines (full tier): the base backup is
@@ -263,15 +313,16 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 // pitrSource is a PostgreSQL Database that archives its WAL to the
 // default volume, with a table of timestamped rows and one to drop.
 type pitrSource struct {
-	t              *testing.T
+	t              testing.TB
 	db             *dbv1.Database
 	user, password string
 	c              *pgx.Conn
 }
 
-func newPITRSource(t *testing.T, name string, replicas int32) *pitrSource {
+func newPITRSource(t testing.TB, name string, replicas int32) *pitrSource {
 	db := createDatabase(t, name, dbv1.EnginePostgreSQL, "15", replicas, func(db *dbv1.Database) {
-		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+		// A segment closed every 10 s under writes: the recovery point.
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To[int32](10)}}
 	})
 	p := &pitrSource{t: t, db: waitRunning(t, db, replicas, 5*time.Minute)}
 	p.user, p.password = credentials(t, p.db)
@@ -356,7 +407,7 @@ func (p *pitrSource) startWriter() *pitrcheck.Writer {
 }
 
 // straddles checks the writes lie on both sides of target.
-func straddles(t *testing.T, writes []pitrcheck.Write, target time.Time) {
+func straddles(t testing.TB, writes []pitrcheck.Write, target time.Time) {
 	t.Helper()
 	if before, after := pitrcheck.Sides(writes, target); before == 0 || after == 0 {
 		t.Fatalf("%d writes acknowledged before T, %d sent after: the writer did not straddle T", before, after)
@@ -365,7 +416,7 @@ func straddles(t *testing.T, writes []pitrcheck.Write, target time.Time) {
 
 // recoveredTo checks a recovered Database has every write acknowledged
 // before target and none sent after, and the table dropped after it back.
-func recoveredTo(t *testing.T, db *dbv1.Database, writes []pitrcheck.Write, target time.Time) {
+func recoveredTo(t testing.TB, db *dbv1.Database, writes []pitrcheck.Write, target time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	user, password := credentials(t, db)

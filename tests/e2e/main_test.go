@@ -185,7 +185,16 @@ func run(m *testing.M) int {
 	op.kill()
 	cancel()
 	node.Wait()
+	if pluginDir != "" {
+		_ = os.RemoveAll(pluginDir)
+	}
 	if code != 0 {
+		// The logs, not the volumes' data: gigabytes per run, which
+		// filled the disk of a machine that ran many (E2E_KEEP_VOLUMES=1
+		// keeps them).
+		if os.Getenv("E2E_KEEP_VOLUMES") == "" {
+			_ = os.RemoveAll(filepath.Join(dir, "node", "claims"))
+		}
 		fmt.Printf("cluster, node and operator logs kept in %s\n", dir)
 	} else {
 		c.Stop()

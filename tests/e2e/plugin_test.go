@@ -26,12 +26,16 @@ import (
 
 var updateGolden = flag.Bool("update", false, "rewrite the golden files")
 
+// pluginDir holds the plugin once built (TestMain removes it).
+var pluginDir string
+
 // plugin builds cmd/kubectl-database once for the package.
 var plugin = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "dbop-plugin-")
 	if err != nil {
 		return "", err
 	}
+	pluginDir = dir
 	bin := filepath.Join(dir, "kubectl-database")
 	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/kubectl-database").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building the plugin: %w\n%s", err, out)

@@ -105,3 +105,37 @@ func Rows(ctx context.Context, conn *pgx.Conn) ([]int64, error) {
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
+
+// Loss compares what a recovery to the latest moment holds with the
+// writes: lost counts the acknowledged writes after the last one present,
+// holes those missing before it (none may be), and point is the recovery
+// point: how long before the last acknowledged write the last recovered
+// one was acknowledged (0 when none was lost).
+func Loss(writes []Write, present []int64) (lost, holes int, point time.Duration) {
+	have := make(map[int64]bool, len(present))
+	for _, id := range present {
+		have[id] = true
+	}
+	last := -1 // the last write present
+	for i, w := range writes {
+		if have[w.ID] {
+			last = i
+		}
+	}
+	for i, w := range writes {
+		switch {
+		case i > last:
+			lost++
+		case !have[w.ID]:
+			holes++
+		}
+	}
+	if lost > 0 {
+		from := writes[0].Sent
+		if last >= 0 {
+			from = writes[last].Acked
+		}
+		point = writes[len(writes)-1].Acked.Sub(from)
+	}
+	return lost, holes, point
+}
