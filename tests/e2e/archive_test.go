@@ -183,25 +183,26 @@ func TestPointInTimeRecovery(t *testing.T) {
 
 	// The source's machine is lost under writes, and the Database deleted
 	// with its volumes: the latest moment the archive holds is recovered.
-	lost, point := p.recoveryPoint("base", "pitr-latest")
-	t.Logf("recovery point after losing every instance and its volume: %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged (archive timeout 10 s)",
+	lost, point := p.recoveryPoint("base", "pitr-latest", 4*time.Second)
+	t.Logf("recovery point after losing every instance and its volume (4 s of writes, archive timeout 10 s): %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged",
 		lost, point.Round(time.Millisecond))
 }
 
 // recoveryPoint loses the source's primary under write load (its machine:
 // the server killed mid-write, nothing more archived) and deletes the
 // Database with its volumes, then recovers the latest moment the archive
-// holds from Backup backup into a new Database. It returns the
+// holds from Backup backup into a new Database. The writer runs for
+// writeFor before the loss. It returns the
 // acknowledged writes lost and the recovery point (how long before the
 // last acknowledged write the last recovered one was acknowledged). The
 // recovered writes must be a prefix of the acknowledged ones.
-func (p *pitrSource) recoveryPoint(backup, name string) (int, time.Duration) {
+func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) (int, time.Duration) {
 	t := p.t
 	t.Helper()
 	ctx := context.Background()
 	// The writer stops at its first error: the server is gone.
 	w := pitrcheck.Start(ctx, pgRW(t, p.db, p.user, p.password), func(string, ...any) {})
-	time.Sleep(4 * time.Second)
+	time.Sleep(writeFor)
 	primary := k8sDatabase(t, p.db).Status.CurrentPrimary
 	if err := node.Down(p.db.Namespace, primary); err != nil {
 		t.Fatal(err)
