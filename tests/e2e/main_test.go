@@ -192,8 +192,10 @@ func run(m *testing.M) int {
 		// The logs, not the volumes' data: gigabytes per run, which
 		// filled the disk of a machine that ran many (E2E_KEEP_VOLUMES=1
 		// keeps them).
-		if os.Getenv("E2E_KEEP_VOLUMES") == "" {
-			_ = os.RemoveAll(filepath.Join(dir, "node", "claims"))
+		// Never through a volume still mounted (a node that did not stop
+		// cleanly): its image would stay attached, and its files gone.
+		if claims := filepath.Join(dir, "node", "claims"); os.Getenv("E2E_KEEP_VOLUMES") == "" && !mountsUnder(claims) {
+			_ = os.RemoveAll(claims)
 		}
 		fmt.Printf("cluster, node and operator logs kept in %s\n", dir)
 	} else {
@@ -251,4 +253,18 @@ func installOperatorCondition(ctx context.Context, c *localcluster.Cluster) (typ
 	return key, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		return cl.Create(ctx, oc) == nil, nil
 	})
+}
+
+// mountsUnder reports whether anything is mounted at or below dir.
+func mountsUnder(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return true // unknown: assume so
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			return true
+		}
+	}
+	return false
 }
