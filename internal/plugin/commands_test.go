@@ -136,7 +136,10 @@ func TestStatusTable(t *testing.T) {
 		"orders-0": pgMetrics(0x1_0300_0148, 0, 0, false),
 		"orders-1": pgMetrics(0x1_0300_0100, 72, 0.4, true),
 	} // orders-2's agent does not answer
-	c, _ := testClients(m, orders(), backupOf("orders-new", "orders", dbv1.BackupRunning, time.Minute),
+	db := orders()
+	db.Status.FirstRecoverabilityPoint = ptr(metav1.NewTime(now.Add(-9 * time.Hour)))
+	db.Status.LastRecoverableTime = ptr(metav1.NewTime(now.Add(-40 * time.Second)))
+	c, _ := testClients(m, db, backupOf("orders-new", "orders", dbv1.BackupRunning, time.Minute),
 		backupOf("orders-old", "orders", dbv1.BackupCompleted, 9*time.Hour), backupOf("other", "billing", dbv1.BackupCompleted, time.Hour))
 	v, err := c.statusOf(context.Background(), "orders")
 	if err != nil {

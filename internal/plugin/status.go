@@ -72,6 +72,9 @@ type statusView struct {
 	LastSuccessful   *metav1.Time         `json:"lastSuccessfulBackup,omitempty"`
 	Backups          []backupView         `json:"backups,omitempty"`
 	PrimaryUnhealthy *metav1.Time         `json:"primaryUnhealthySince,omitempty"`
+	// The window a point-in-time recovery reaches (with WAL archiving).
+	FirstRecoverable *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+	LastRecoverable  *metav1.Time `json:"lastRecoverableTime,omitempty"`
 }
 
 type instanceView struct {
@@ -99,7 +102,8 @@ func (c *Clients) statusOf(ctx context.Context, name string) (*statusView, error
 		Phase: db.Status.Phase, Primary: db.Status.CurrentPrimary, Replicas: db.Spec.Replicas,
 		ReadyReplicas: db.Status.ReadyReplicas, Endpoints: db.Status.Endpoints, Conditions: db.Status.Conditions,
 		LastFailover: db.Status.LastFailover, LastSuccessful: db.Status.LastSuccessfulBackup,
-		PrimaryUnhealthy: db.Status.PrimaryUnhealthySince}
+		PrimaryUnhealthy: db.Status.PrimaryUnhealthySince,
+		FirstRecoverable: db.Status.FirstRecoverabilityPoint, LastRecoverable: db.Status.LastRecoverableTime}
 	if b := db.Spec.Backup; b != nil {
 		v.BackupSchedule, v.BackupSuspended = b.Schedule, b.Suspend
 	}
@@ -217,6 +221,10 @@ func (v *statusView) writeBackups(w io.Writer, now time.Time) error {
 	}
 	if v.LastSuccessful != nil {
 		fmt.Fprintf(w, "Last successful backup: %s ago\n", age(v.LastSuccessful.Time, now))
+	}
+	if v.FirstRecoverable != nil && v.LastRecoverable != nil {
+		fmt.Fprintf(w, "Recoverable to any moment from %s to %s (restore --target-time)\n",
+			v.FirstRecoverable.UTC().Format(time.RFC3339), v.LastRecoverable.UTC().Format(time.RFC3339))
 	}
 	if len(v.Backups) == 0 {
 		fmt.Fprintln(w, "Backups: none")
