@@ -361,6 +361,9 @@ const (
 	ReasonDatabaseRestoring  = "DatabaseRestoring"
 	ReasonJobCreateFailed    = "JobCreateFailed"
 	ReasonMethodUnsupported  = "MethodUnsupported"
+	// ReasonArchivePruned is the Event of a retention run that deleted
+	// archived WAL files no kept base backup needs.
+	ReasonArchivePruned = "ArchivePruned"
 )
 
 // Finished reports whether the phase is final.

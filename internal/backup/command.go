@@ -12,7 +12,13 @@ import (
 	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/storage"
 )
+
+// EnvPassword passes the database password to the program through the
+// environment: never on its command line, where it would show in the pod
+// spec.
+const EnvPassword = "DATABASE_PASSWORD"
 
 // serverFlags are the command-line form of Server (the password comes from
 // the environment).
@@ -41,7 +47,7 @@ func (s *Server) complete() error {
 func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
 	var o Options
-	var t TargetFlags
+	var t storage.Flags
 	var resultFile, maxAge string
 	serverFlags(fs, &o.Server)
 	t.Register(fs)
@@ -57,6 +63,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&o.Method, "method", MethodLogical, "logical (dumps) or physical (pg_basebackup; PostgreSQL)")
 	fs.IntVar(&o.Retention.KeepLast, "keep-last", 0, "keep at most this many completed backups (0: no bound)")
 	fs.StringVar(&maxAge, "max-age", "", "delete completed backups older than this (30d, 12h, 2w)")
+	fs.StringVar(&o.Archive, "archive", "", "the Database's WAL archive in the same target: retention also deletes what no kept base backup needs")
 	fs.StringVar(&resultFile, "result-file", "/dev/termination-log", "where the result goes (JSON)")
 	fs.SetOutput(log)
 	if err := fs.Parse(args); err != nil {
@@ -83,7 +90,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	}()
 	var res Result
 	if err != nil {
-		res = ResultOf(nil, "", nil, err)
+		res = ResultOf(nil, "", Pruned{}, err)
 	} else {
 		m, pruned, runErr := Run(ctx, o)
 		loc := ""
@@ -97,6 +104,9 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	}
 	fmt.Fprintf(log, "backup %s/%s/%s: succeeded=%t reason=%s size=%d position=%s %s\n",
 		o.Namespace, o.Database, o.Name, res.Succeeded, res.Reason, res.Size, res.Position, res.Message)
+	if len(res.Pruned) > 0 || res.PrunedWAL > 0 {
+		fmt.Fprintf(log, "retention deleted backups %v and %d archived WAL files before %s\n", res.Pruned, res.PrunedWAL, res.WALKeptFrom)
+	}
 	if werr := writeResult(resultFile, res); werr != nil {
 		return errors.Join(err, werr)
 	}
@@ -107,7 +117,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 func RestoreCommand(ctx context.Context, args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	var o RestoreOptions
-	var t TargetFlags
+	var t storage.Flags
 	var resultFile string
 	serverFlags(fs, &o.Server)
 	t.Register(fs)

@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"archive/tar"
 	"bytes"
 	"cmp"
 	"context"
@@ -86,6 +87,10 @@ type Options struct {
 	Method string
 	// Retention is applied after the backup completed.
 	Retention Retention
+	// Archive is the Database's WAL archive in the same target
+	// (wal.Prefix), if it archives there: retention then also deletes the
+	// archived files no kept base backup needs.
+	Archive string
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -126,7 +131,7 @@ func ReasonOf(err error) string {
 // Run takes a backup: it dumps the server's databases into the target,
 // each file streamed through SHA-256, then writes the manifest, then applies
 // retention. On failure it removes what it wrote.
-func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
+func Run(ctx context.Context, o Options) (*Manifest, Pruned, error) {
 	now := o.Now
 	if now == nil {
 		now = time.Now
@@ -135,32 +140,32 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 	m := &Manifest{Format: FormatVersion, Engine: o.Server.Engine, Namespace: o.Namespace, Database: o.Database,
 		DatabaseUID: o.DatabaseUID, Backup: o.Name, Instance: o.Instance, Method: cmp.Or(o.Method, MethodLogical), StartedAt: now().UTC()}
 	if err := checkMethod(m.Method, o.Server.Engine); err != nil {
-		return nil, nil, err
+		return nil, Pruned{}, err
 	}
 
 	// Never write into another backup's directory: a reused Backup name
 	// would overwrite it, and a failure would then delete its files.
 	if existing, err := o.Store.List(ctx, dir+"/"); err != nil {
-		return nil, nil, fail(ReasonTargetFailed, "checking %s: %w", o.Store.Location(dir), err)
+		return nil, Pruned{}, fail(ReasonTargetFailed, "checking %s: %w", o.Store.Location(dir), err)
 	} else if len(existing) > 0 {
-		return nil, nil, fail(ReasonInvalid, "%s already holds a backup (%d files): give the new backup another name", o.Store.Location(dir), len(existing))
+		return nil, Pruned{}, fail(ReasonInvalid, "%s already holds a backup (%d files): give the new backup another name", o.Store.Location(dir), len(existing))
 	}
 	inst, err := o.Server.open(ctx)
 	if err != nil {
-		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+		return nil, Pruned{}, fail(ReasonDatabaseUnreachable, "%w", err)
 	}
 	defer inst.Close()
 	if m.Version, err = inst.ServerVersion(ctx); err != nil {
-		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+		return nil, Pruned{}, fail(ReasonDatabaseUnreachable, "%w", err)
 	}
 	databases, err := inst.Databases(ctx)
 	if err != nil {
-		return nil, nil, fail(ReasonDatabaseUnreachable, "%w", err)
+		return nil, Pruned{}, fail(ReasonDatabaseUnreachable, "%w", err)
 	}
 	// The position before the dump starts: the dump's snapshot is at least
 	// this far (MySQL/MariaDB dumps record their exact GTID; see below).
 	if m.Position, err = position(ctx, inst, o.Server.Engine); err != nil {
-		return nil, nil, err
+		return nil, Pruned{}, err
 	}
 
 	written := func() []string {
@@ -187,11 +192,14 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 		f, head, err := dumpFile(ctx, o.Store, dir, job, o.Server)
 		if err != nil {
 			cleanup()
-			return nil, nil, err
+			return nil, Pruned{}, err
 		}
 		m.Files = append(m.Files, f)
 		if gtid := dumpGTID(head); gtid != "" {
 			m.Position = gtid
+		}
+		if f.Kind == KindBaseBackup {
+			m.WALStart = baseBackupWALStart(head)
 		}
 	}
 	if m.Method == MethodPhysical {
@@ -199,26 +207,58 @@ func Run(ctx context.Context, o Options) (*Manifest, []string, error) {
 		// where the server was when it ended: at most here.
 		if m.EndPosition, err = position(ctx, inst, o.Server.Engine); err != nil {
 			cleanup()
-			return nil, nil, err
+			return nil, Pruned{}, err
 		}
 	}
 	m.CompletedAt = now().UTC()
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return nil, Pruned{}, err
 	}
 	if _, err := o.Store.Put(ctx, dir+"/"+ManifestName, bytes.NewReader(b)); err != nil {
 		cleanup()
-		return nil, nil, fail(ReasonTargetFailed, "writing the manifest: %w", err)
+		return nil, Pruned{}, fail(ReasonTargetFailed, "writing the manifest: %w", err)
 	}
-	pruned, err := Prune(ctx, o.Store, m, o.DatabaseCreated, o.Retention, now())
-	if err != nil {
+	var pruned Pruned
+	if pruned.Backups, err = Prune(ctx, o.Store, m, o.DatabaseCreated, o.Retention, now()); err != nil {
 		// The backup itself is good; retention retries after the next one.
 		return m, pruned, fmt.Errorf("backup completed, but retention failed: %w", err)
 	}
+	if o.Archive != "" && o.Retention.bounded() {
+		if pruned.WAL, pruned.WALBefore, err = PruneArchive(ctx, o.Store, o.Archive, m, o.DatabaseCreated); err != nil {
+			return m, pruned, fmt.Errorf("backup completed, but the archive's retention failed: %w", err)
+		}
+	}
 	return m, pruned, nil
 }
+
+// baseBackupWALStart reads the first WAL file a recovery from a base backup
+// reads from its backup_label, the first file pg_basebackup's tar holds
+// (so within head). "" when it is not there: retention then keeps the
+// whole archive rather than guess.
+func baseBackupWALStart(head []byte) string {
+	tr := tar.NewReader(bytes.NewReader(head))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return ""
+		}
+		if h.Name != "backup_label" {
+			continue
+		}
+		label, err := io.ReadAll(tr)
+		if err != nil {
+			return ""
+		}
+		if m := labelStart.FindSubmatch(label); m != nil {
+			return string(m[1])
+		}
+		return ""
+	}
+}
+
+var labelStart = regexp.MustCompile(`(?m)^START WAL LOCATION: [0-9A-F]+/[0-9A-F]+ \(file ([0-9A-F]{24})\)$`)
 
 // checkMethod refuses a backup method the engine has not.
 func checkMethod(method string, e dbv1.Engine) error {

@@ -54,8 +54,12 @@ type Manifest struct {
 	Position string `json:"position,omitempty"`
 	// EndPosition, for a physical backup, is the instance's position once
 	// the copy ended: a recovery from it is consistent from there on.
-	EndPosition string    `json:"endPosition,omitempty"`
-	StartedAt   time.Time `json:"startedAt"`
+	EndPosition string `json:"endPosition,omitempty"`
+	// WALStart, for a PostgreSQL physical backup, is the first WAL file a
+	// recovery from it reads (its backup_label's START WAL LOCATION):
+	// archive retention keeps every archived file from there on.
+	WALStart  string    `json:"walStart,omitempty"`
+	StartedAt time.Time `json:"startedAt"`
 	// CompletedAt is when the last file was written.
 	CompletedAt time.Time `json:"completedAt"`
 	Files       []File    `json:"files"`

@@ -25,6 +25,10 @@ type Result struct {
 	CompletedAt time.Time `json:"completedAt,omitzero"`
 	// Pruned names the backups retention deleted.
 	Pruned []string `json:"pruned,omitempty"`
+	// PrunedWAL counts the archived WAL files retention deleted, those
+	// before WALKeptFrom (where the oldest base backup kept starts).
+	PrunedWAL   int    `json:"prunedWAL,omitempty"`
+	WALKeptFrom string `json:"walKeptFrom,omitempty"`
 }
 
 // MaxResultSize is the termination message limit.
@@ -60,13 +64,14 @@ func DecodeResult(b []byte) (Result, error) {
 }
 
 // ResultOf is the Result of a finished backup.
-func ResultOf(m *Manifest, location string, pruned []string, err error) Result {
+func ResultOf(m *Manifest, location string, pruned Pruned, err error) Result {
 	if m == nil {
 		return Result{Reason: ReasonOf(err), Message: err.Error()}
 	}
 	r := Result{Succeeded: true, Reason: "Completed", Location: location, Path: Path(m.Namespace, m.Database, m.Backup),
 		Version: m.Version, Position: m.Position, Size: m.Size(), Checksum: m.Checksum(),
-		StartedAt: m.StartedAt, CompletedAt: m.CompletedAt, Pruned: pruned}
+		StartedAt: m.StartedAt, CompletedAt: m.CompletedAt, Pruned: pruned.Backups,
+		PrunedWAL: pruned.WAL, WALKeptFrom: pruned.WALBefore}
 	if err != nil {
 		r.Message = err.Error() // retention failed; the backup is good
 	}

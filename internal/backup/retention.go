@@ -10,12 +10,25 @@ import (
 	"time"
 
 	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/backup/wal"
 )
 
 // Retention bounds the completed backups kept. Zero values keep everything.
 type Retention struct {
 	KeepLast int
 	MaxAge   time.Duration
+}
+
+func (r Retention) bounded() bool { return r.KeepLast > 0 || r.MaxAge > 0 }
+
+// Pruned is what retention deleted after a backup.
+type Pruned struct {
+	// Backups names the backups deleted.
+	Backups []string
+	// WAL counts the archived WAL files deleted, those before WALBefore
+	// (the first file the oldest base backup kept reads).
+	WAL       int
+	WALBefore string
 }
 
 // ParseMaxAge reads spec.backup.retention.maxAge: a number and h, d or w.
@@ -42,7 +55,7 @@ func ParseMaxAge(s string) (time.Duration, error) {
 // first, so a half-deleted one is never taken for a complete backup. Prune
 // returns the names of the backups it deleted.
 func Prune(ctx context.Context, store storage.Store, just *Manifest, created time.Time, r Retention, now time.Time) ([]string, error) {
-	if r.KeepLast <= 0 && r.MaxAge <= 0 {
+	if !r.bounded() {
 		return nil, nil
 	}
 	if just.DatabaseUID == "" {
@@ -121,4 +134,39 @@ func deleteBackup(ctx context.Context, store storage.Store, dir string, m *Manif
 		}
 	}
 	return nil
+}
+
+// PruneArchive deletes the archived WAL files of the Database's archive at
+// prefix (in the same store) that no kept base backup needs: those before
+// the first file the oldest of its kept physical backups reads, on any
+// timeline (a recovery only moves forward from there; timeline history
+// files are kept, they are small and a recovery reads all of them). It
+// deletes nothing while no physical backup is kept, or while one does not
+// record where it starts (its need is unknown). It returns how many files
+// it deleted and the first file kept.
+func PruneArchive(ctx context.Context, store storage.Store, prefix string, just *Manifest, created time.Time) (int, string, error) {
+	if just.DatabaseUID == "" {
+		return 0, "", fmt.Errorf("archive retention needs the Database's UID (--database-uid)")
+	}
+	backups, err := ownBackups(ctx, store, just, created)
+	if err != nil {
+		return 0, "", err
+	}
+	oldest := ""
+	for _, b := range backups {
+		if b.m.Method != MethodPhysical {
+			continue
+		}
+		if b.m.WALStart == "" {
+			return 0, "", nil
+		}
+		if oldest == "" || wal.SegmentNumber(b.m.WALStart) < wal.SegmentNumber(oldest) {
+			oldest = b.m.WALStart
+		}
+	}
+	if oldest == "" {
+		return 0, "", nil
+	}
+	n, err := wal.Archive{Store: store, Prefix: prefix}.PruneBefore(ctx, oldest)
+	return n, oldest, err
 }

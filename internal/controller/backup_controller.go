@@ -126,6 +126,11 @@ func backupArgs(b *dbv1.Backup, db *dbv1.Database, pod string, st *dbv1.BackupSt
 		if p.Retention.MaxAge != "" {
 			args = append(args, "--max-age="+p.Retention.MaxAge)
 		}
+		if p.Archiving() {
+			// The archive lives there too: retention keeps what the kept
+			// base backups need of it, and deletes the rest.
+			args = append(args, "--archive="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+		}
 	}
 	if st.Method == dbv1.BackupPhysical {
 		args = append(args, "--method="+backup.MethodPhysical)
@@ -266,6 +271,10 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 			msg += "; " + result.Message
 		}
 		r.finish(st, dbv1.BackupCompleted, dbv1.ReasonBackupCompleted, msg)
+		if result.PrunedWAL > 0 {
+			r.event(b, db, corev1.EventTypeNormal, dbv1.ReasonArchivePruned,
+				"retention deleted %d archived WAL files before %s, where the oldest base backup kept starts", result.PrunedWAL, result.WALKeptFrom)
+		}
 		return ctrl.Result{}, r.prune(ctx, b, st.Target, result.Pruned)
 	case out.reason == dbv1.ReasonDeadlineExceeded:
 		r.finish(st, dbv1.BackupFailed, out.reason, fmt.Sprintf("%s (%ds)", out.message, deadline(b, db)))

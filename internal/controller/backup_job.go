@@ -12,6 +12,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -69,8 +70,8 @@ func targetForPod(t dbv1.BackupTarget, db *dbv1.Database) targetPod {
 		p := targetPod{
 			args: []string{"--s3-endpoint=" + s3.Endpoint, "--s3-bucket=" + s3.Bucket},
 			env: []corev1.EnvVar{
-				secretEnv(backup.EnvAccessKeyID, s3.CredentialsSecret.Name, id),
-				secretEnv(backup.EnvSecretAccessKey, s3.CredentialsSecret.Name, secret),
+				secretEnv(storage.EnvAccessKeyID, s3.CredentialsSecret.Name, id),
+				secretEnv(storage.EnvSecretAccessKey, s3.CredentialsSecret.Name, secret),
 			},
 		}
 		if s3.Prefix != "" {

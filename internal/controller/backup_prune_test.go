@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,32 @@ func TestPruneDeletesOnlyRecordsOfDeletedBackups(t *testing.T) {
 		err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, &dbv1.Backup{})
 		if kept != (err == nil) || (!kept && !apierrors.IsNotFound(err)) {
 			t.Errorf("Backup %s: kept %v, err %v", name, kept, err)
+		}
+	}
+}
+
+// TestBackupArgsPruneTheArchive: a backup at the Database's own target,
+// which its WAL archive shares, carries the archive to its retention; one
+// at a target of its own, or of a Database that does not archive, does not.
+func TestBackupArgsPruneTheArchive(t *testing.T) {
+	keep := int32(2)
+	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "uid-1"},
+		Spec: dbv1.DatabaseSpec{Engine: dbv1.EnginePostgreSQL, Backup: &dbv1.BackupPolicy{
+			Retention: dbv1.BackupRetention{KeepLast: &keep}, Archive: &dbv1.ArchivePolicy{Enabled: true}}}}
+	own := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "b1"}}
+	elsewhere := own.DeepCopy()
+	elsewhere.Spec.Target = &dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: "other"}}
+	noArchive := db.DeepCopy()
+	noArchive.Spec.Backup.Archive = nil
+	for _, c := range []struct {
+		name string
+		b    *dbv1.Backup
+		db   *dbv1.Database
+		want bool
+	}{{"own target", own, db, true}, {"a target of its own", elsewhere, db, false}, {"no archive", own, noArchive, false}} {
+		args := strings.Join(backupArgs(c.b, c.db, "orders-1", &dbv1.BackupStatus{}), " ")
+		if got := strings.Contains(args, "--archive=shop/orders/_wal/uid-1"); got != c.want {
+			t.Errorf("%s: %s", c.name, args)
 		}
 	}
 }

@@ -40,7 +40,7 @@ func TestPostgresBackupRestore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(pruned) != 0 {
+			if len(pruned.Backups) != 0 {
 				t.Errorf("pruned %v without retention", pruned)
 			}
 			if m.Position == "" || !strings.Contains(m.Position, "/") || !strings.HasPrefix(m.Version, "15") {
@@ -234,7 +234,7 @@ func TestRetention(t *testing.T) {
 	take := func(name string, day int, r backup.Retention, srv backup.Server) ([]string, error) {
 		_, pruned, err := backup.Run(ctx, backup.Options{Server: srv, Store: store, Namespace: "ns", Database: "db", DatabaseUID: "uid-1", Name: name,
 			DatabaseCreated: day0.Add(-time.Hour), Retention: r, Now: clock(day0.Add(time.Duration(day) * 24 * time.Hour))})
-		return pruned, err
+		return pruned.Backups, err
 	}
 	// An earlier Database of the same name (this one may have been restored
 	// from it), and a backup an older version wrote before this Database

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,7 +188,7 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 	// In the archive's target, as a Database's backups are.
 	backups := storage.NewDir(archiveDir)
 	m, _, err := backup.Run(ctx, backup.Options{Server: pgServer(src), Store: backups, Namespace: "shop", Database: "orders",
-		Name: "base-1", Method: backup.MethodPhysical})
+		DatabaseUID: "uid-1", Name: "base-1", Method: backup.MethodPhysical})
 	if err != nil {
 		t.Fatalf("physical backup: %v", err)
 	}
@@ -419,6 +420,65 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 			if _, err := os.Lstat(dir); err == nil {
 				t.Errorf("a failed recovery left %s", dir)
 			}
+		}
+	})
+	// A second base backup with retention keeping one: the first goes, and
+	// with it the archived files before where the second starts (the
+	// corrupted one among them). A recovery from the second to a moment
+	// after it finds everything it needs.
+	t.Run("retention keeps what the window needs", func(t *testing.T) {
+		m2, pruned, err := backup.Run(ctx, backup.Options{Server: pgServer(src), Store: backups, Namespace: "shop", Database: "orders",
+			DatabaseUID: "uid-1", Name: "base-2", Method: backup.MethodPhysical, Retention: backup.Retention{KeepLast: 1}, Archive: "shop/orders/wal"})
+		if err != nil {
+			t.Fatalf("second physical backup: %v", err)
+		}
+		giveTreeToPostgres(t, archiveDir)
+		if !slices.Equal(pruned.Backups, []string{"base-1"}) || m2.WALStart == "" || pruned.WALBefore != m2.WALStart || pruned.WAL == 0 {
+			t.Fatalf("retention: %+v; base-2 starts at %q", pruned, m2.WALStart)
+		}
+		t.Logf("retention deleted %s and %d archived files before %s", pruned.Backups, pruned.WAL, pruned.WALBefore)
+		wc := pgConn(t, ctx, src, "postgres")
+		defer wc.Close(ctx)
+		w8 := pitrcheck.Start(ctx, wc, t.Errorf)
+		time.Sleep(500 * time.Millisecond)
+		var target time.Time
+		if err := pgConn(t, ctx, src, "postgres").QueryRow(ctx, "SELECT clock_timestamp()").Scan(&target); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		writes := w8.Stop()
+		last := switchAndArchive(t, ctx, src)
+		entries, err := wal.Archive{Store: backups, Prefix: "shop/orders/wal"}.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var segments []string
+		for _, e := range entries {
+			if n := wal.SegmentNumber(e.Name); n != "" && n < wal.SegmentNumber(m2.WALStart) {
+				t.Errorf("%s is still archived, before %s", e.Name, m2.WALStart)
+			}
+			if len(e.Name) == 24 {
+				segments = append(segments, e.Name)
+			}
+		}
+		if len(segments) == 0 || segments[0] != m2.WALStart || segments[len(segments)-1] != last {
+			t.Errorf("archived segments %v, want %s to %s", segments, m2.WALStart, last)
+		}
+		r := runRecover(t, w, backup.Path("shop", "orders", "base-2"), "--target-time="+target.Format(time.RFC3339Nano))
+		if r.err != nil || !r.result.Succeeded {
+			t.Fatalf("recover from the backup kept: %v, result %+v\n%s", r.err, r.result, r.out)
+		}
+		restored := testservers.PostgresOnData(t, "kept-0", r.pgdata, false, testservers.PostgresOptions{})
+		restored.Restart(t)
+		waitPromoted(t, ctx, restored)
+		rc := pgConn(t, ctx, restored, "postgres")
+		defer rc.Close(ctx)
+		ids, err := pitrcheck.Rows(ctx, rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lost, leaked := pitrcheck.Judge(writes, ids, target); lost > 0 || leaked > 0 {
+			t.Errorf("restored from the backup kept: %d writes acknowledged before T missing, %d sent after T present", lost, leaked)
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/storage"
 )
 
 // Environment the recover command reads the new Database's passwords from.
@@ -24,7 +25,7 @@ const (
 func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
 	var o Options
-	var t backup.TargetFlags
+	var t storage.Flags
 	var resultFile, replicationUser, targetTime string
 	t.Register(fs)
 	fs.StringVar(&o.Path, "path", "", "the base backup's path in the target")

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/storage"
 )
 
 // PushCommand is the manager's "wal-push" subcommand, PostgreSQL's
@@ -55,7 +55,7 @@ func FetchCommand(ctx context.Context, args []string, log io.Writer) error {
 
 func parse(ctx context.Context, name string, args []string, log io.Writer, operands ...string) (Archive, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	var t backup.TargetFlags
+	var t storage.Flags
 	var a Archive
 	t.Register(fs)
 	fs.StringVar(&a.Prefix, "prefix", "", "where the Database's WAL archive lives in the target (<namespace>/<database>/wal)")

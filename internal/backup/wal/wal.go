@@ -212,6 +212,51 @@ func (a Archive) List(ctx context.Context) ([]Entry, error) {
 	return out, nil
 }
 
+// SegmentNumber is the position of the segment a WAL file name (a
+// segment, a .partial or a .backup file) belongs to, whatever its
+// timeline: its log and segment numbers, as the 16 hex digits compare.
+// "" for a timeline history file, which belongs to no segment.
+func SegmentNumber(name string) string {
+	if len(name) < 24 || strings.HasSuffix(name, ".history") {
+		return ""
+	}
+	return name[8:24]
+}
+
+// PruneBefore deletes the archived files of segments before the segment
+// of first (a WAL file name), on every timeline; history files stay. Each
+// entry goes before its file: a file without an entry is never fetched,
+// so an interrupted prune leaves nothing a recovery would take for
+// whole. It returns how many files it deleted.
+func (a Archive) PruneBefore(ctx context.Context, first string) (int, error) {
+	bound := SegmentNumber(first)
+	if !ValidName(first) || bound == "" {
+		return 0, fmt.Errorf("%q names no WAL segment", first)
+	}
+	keys, err := a.Store.List(ctx, a.Prefix)
+	if err != nil {
+		return 0, err
+	}
+	deleted := 0
+	for _, k := range keys {
+		name, isEntry := strings.CutSuffix(path.Base(k), entrySuffix)
+		if isEntry || !ValidName(name) {
+			continue // entries go with their files; anything else is not ours
+		}
+		if seg := SegmentNumber(name); seg == "" || seg >= bound {
+			continue
+		}
+		if err := a.Store.Delete(ctx, a.key(name)+entrySuffix); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return deleted, fmt.Errorf("deleting %s: %w", a.Store.Location(a.key(name)+entrySuffix), err)
+		}
+		if err := a.Store.Delete(ctx, a.key(name)); err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return deleted, fmt.Errorf("deleting %s: %w", a.Store.Location(a.key(name)), err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
 func checksumFile(file string) (string, int64, error) {
 	f, err := os.Open(file)
 	if err != nil {

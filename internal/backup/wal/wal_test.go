@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -164,5 +165,60 @@ func TestNamesAndList(t *testing.T) {
 		if names[i] != want[i] {
 			t.Fatalf("listed %v, want %v", names, want)
 		}
+	}
+}
+
+// TestPruneBefore: the files of segments before the bound go, on every
+// timeline (entry and file both); the bound's segment, later ones and the
+// history files stay; a file without an entry goes too (an interrupted
+// push), and nothing else under the prefix is touched.
+func TestPruneBefore(t *testing.T) {
+	ctx := context.Background()
+	a, root := newArchive(t)
+	src := t.TempDir()
+	gone := []string{"000000010000000000000001", "000000010000000000000002.00000028.backup",
+		"000000010000000000000003.partial", "000000020000000000000003"}
+	kept := []string{"00000001.history", "00000002.history", "000000010000000000000004", "000000020000000000000004",
+		"000000020000000000000004.00000060.backup", "000000030000000000000005", "000000020000000100000000"}
+	for _, name := range append(append([]string{}, gone...), kept...) {
+		if _, err := a.Push(ctx, writeFile(t, src, name, []byte(name))); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// An interrupted push (no entry) of an old segment, and a stranger.
+	writeFile(t, filepath.Join(root, a.Prefix), "000000010000000000000000", []byte("half"))
+	writeFile(t, filepath.Join(root, a.Prefix), "notes.txt", []byte("mine"))
+
+	n, err := a.PruneBefore(ctx, "000000020000000000000004")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(gone)+1 {
+		t.Errorf("deleted %d files, want %d", n, len(gone)+1)
+	}
+	entries, err := a.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	slices.Sort(kept)
+	if !slices.Equal(names, kept) {
+		t.Errorf("left %v, want %v", names, kept)
+	}
+	for _, name := range append(gone, "000000010000000000000000") {
+		for _, f := range []string{name, name + ".json"} {
+			if _, err := os.Lstat(filepath.Join(root, a.Prefix, f)); err == nil {
+				t.Errorf("%s is still there", f)
+			}
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, a.Prefix, "notes.txt")); err != nil {
+		t.Errorf("a file that is no WAL was touched: %v", err)
+	}
+	if _, err := a.PruneBefore(ctx, "00000002.history"); err == nil {
+		t.Error("a history file taken for a bound")
 	}
 }

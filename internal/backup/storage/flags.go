@@ -1,25 +1,22 @@
-package backup
+package storage
 
 import (
 	"context"
 	"flag"
 	"fmt"
 	"os"
-
-	"example.com/database-operator/internal/backup/storage"
 )
 
-// Environment variables through which a Job passes secrets to the program:
-// never on its command line, where they would show in the pod spec.
+// Environment variables through which a Job passes the S3 keys to the
+// program: never on its command line, where they would show in the pod spec.
 const (
-	EnvPassword        = "DATABASE_PASSWORD"
 	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
 	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
 )
 
-// TargetFlags are the command-line form of a backup target; the operator's
+// Flags are the command-line form of a backup target; the operator's
 // Job builder writes them, the program reads them.
-type TargetFlags struct {
+type Flags struct {
 	Dir         string
 	S3Endpoint  string
 	S3Bucket    string
@@ -30,7 +27,7 @@ type TargetFlags struct {
 }
 
 // Register adds the target flags to fs.
-func (t *TargetFlags) Register(fs *flag.FlagSet) {
+func (t *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&t.Dir, "dir", "", "backup directory (a mounted volume)")
 	fs.StringVar(&t.S3Endpoint, "s3-endpoint", "", "S3 endpoint: host[:port] or http(s) URL")
 	fs.StringVar(&t.S3Bucket, "s3-bucket", "", "S3 bucket")
@@ -41,14 +38,14 @@ func (t *TargetFlags) Register(fs *flag.FlagSet) {
 }
 
 // Open returns the store the flags name; S3 keys come from the environment.
-func (t *TargetFlags) Open(ctx context.Context) (storage.Store, error) {
+func (t *Flags) Open(ctx context.Context) (Store, error) {
 	switch {
 	case t.Dir != "" && t.S3Endpoint != "":
 		return nil, fmt.Errorf("give --dir or --s3-endpoint, not both")
 	case t.Dir != "":
-		return storage.NewDir(t.Dir), nil
+		return NewDir(t.Dir), nil
 	case t.S3Endpoint != "":
-		cfg := storage.S3Config{Endpoint: t.S3Endpoint, Bucket: t.S3Bucket, Prefix: t.S3Prefix, Region: t.S3Region,
+		cfg := S3Config{Endpoint: t.S3Endpoint, Bucket: t.S3Bucket, Prefix: t.S3Prefix, Region: t.S3Region,
 			ForcePathStyle: t.S3PathStyle, AccessKeyID: os.Getenv(EnvAccessKeyID), SecretAccessKey: os.Getenv(EnvSecretAccessKey)}
 		if t.S3CAFile != "" {
 			ca, err := os.ReadFile(t.S3CAFile)
@@ -57,7 +54,7 @@ func (t *TargetFlags) Open(ctx context.Context) (storage.Store, error) {
 			}
 			cfg.CA = ca
 		}
-		return storage.NewS3(ctx, cfg)
+		return NewS3(ctx, cfg)
 	}
 	return nil, fmt.Errorf("no backup target: give --dir or --s3-endpoint")
 }
