@@ -57,6 +57,24 @@ type BackupPolicy struct {
 	// share a node).
 	// +optional
 	Archive *ArchivePolicy `json:"archive,omitempty"`
+
+	// Verify schedules restore drills (PostgreSQL): the latest completed
+	// physical backup is recovered with the WAL archive to its end into a
+	// throwaway copy in a Job, every database opened and each table's rows
+	// counted, then the copy deleted. The BackupVerified condition and
+	// status.lastVerifiedTime report the outcome.
+	// +optional
+	Verify *VerifyPolicy `json:"verify,omitempty"`
+}
+
+// VerifyPolicy schedules restore drills.
+// +kubebuilder:validation:XValidation:rule="self.schedule.matches('^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|([*]|[1-5]?[0-9](-[1-5]?[0-9])?|[*]/[0-9]+|[1-5]?[0-9](-[1-5]?[0-9])?/[0-9]+)(,([*]|[1-5]?[0-9](-[1-5]?[0-9])?|[*]/[0-9]+|[1-5]?[0-9](-[1-5]?[0-9])?/[0-9]+))* +([*]|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?|[*]/[0-9]+|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?/[0-9]+)(,([*]|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?|[*]/[0-9]+|(1?[0-9]|2[0-3])(-(1?[0-9]|2[0-3]))?/[0-9]+))* +([*]|[?]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?|[*]/[0-9]+|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?/[0-9]+)(,([*]|[?]|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?|[*]/[0-9]+|([1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?/[0-9]+))* +([*]|([1-9]|1[0-2]|[A-Za-z]{3})(-([1-9]|1[0-2]|[A-Za-z]{3}))?|[*]/[0-9]+)(,([*]|([1-9]|1[0-2]|[A-Za-z]{3})(-([1-9]|1[0-2]|[A-Za-z]{3}))?|[*]/[0-9]+))* +([*]|[?]|([0-6]|[A-Za-z]{3})(-([0-6]|[A-Za-z]{3}))?|[*]/[0-9]+)(,([*]|[?]|([0-6]|[A-Za-z]{3})(-([0-6]|[A-Za-z]{3}))?|[*]/[0-9]+))*)$')",messageExpression="'schedule ' + self.schedule + ' is not a valid cron expression: give five fields (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat), for example 30 4 * * 0 for 04:30 every Sunday, or one of @hourly, @daily, @weekly, @monthly, @yearly'",fieldPath=.schedule
+type VerifyPolicy struct {
+	// Schedule is when drills run, in cron syntax (UTC), for example
+	// "30 4 * * 0". spec.backup.suspend stops them too.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Schedule string `json:"schedule"`
 }
 
 // ArchivePolicy is continuous archiving of the write-ahead log.

@@ -53,13 +53,18 @@ func TestCRDCronRuleMatchesGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	backup := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["backup"]
-	for _, rule := range backup.XValidations {
-		if strings.Contains(rule.Rule, "self.schedule.matches(") {
-			if !strings.Contains(rule.Rule, "self.schedule.matches('"+CronSchedulePattern+"')") {
-				t.Fatalf("the CRD's schedule rule differs from CronSchedulePattern: update the marker on BackupPolicy\n%s", rule.Rule)
+	for name, schema := range map[string]apiextensionsv1.JSONSchemaProps{"spec.backup": backup, "spec.backup.verify": backup.Properties["verify"]} {
+		found := false
+		for _, rule := range schema.XValidations {
+			if strings.Contains(rule.Rule, "self.schedule.matches(") {
+				found = true
+				if !strings.Contains(rule.Rule, "self.schedule.matches('"+CronSchedulePattern+"')") {
+					t.Errorf("the CRD's schedule rule on %s differs from CronSchedulePattern: update its marker\n%s", name, rule.Rule)
+				}
 			}
-			return
+		}
+		if !found {
+			t.Errorf("no schedule rule on %s in the CRD", name)
 		}
 	}
-	t.Fatal("no schedule rule on spec.backup in the CRD")
 }

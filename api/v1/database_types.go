@@ -51,6 +51,7 @@ type NetworkSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(oldSelf.version) || !has(self.version) || self.version == oldSelf.version || (oldSelf.version == '10.11' && self.version in ['11.4', '11.8']) || (oldSelf.version == '11.4' && self.version == '11.8')",message="MariaDB version cannot be downgraded: its data files are not backward compatible",fieldPath=.version
 // +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)",message="bootstrap only applies when a Database is created and cannot be added, changed or removed; restore into a new Database instead",fieldPath=.bootstrap
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.mode) || self.replication.mode != 'Synchronous' || ((has(self.replicas) ? self.replicas : 1) > (has(self.replication.synchronousReplicas) ? self.replication.synchronousReplicas : 1))",message="synchronous replication waits for replication.synchronousReplicas (default 1) replicas per commit, so replicas must be above it: add replicas, lower synchronousReplicas, or set replication.mode Asynchronous first",fieldPath=.replication
+// +kubebuilder:validation:XValidation:rule="self.engine == 'postgresql' || !has(self.backup) || !has(self.backup.verify)",message="restore drills (backup.verify) restore physical PostgreSQL backups only so far: drills of MySQL and MariaDB backups are not available yet",fieldPath=.backup.verify
 // +kubebuilder:validation:XValidation:rule="self.engine == 'postgresql' || !has(self.backup) || !has(self.backup.archive) || !self.backup.archive.enabled",message="continuous archiving (backup.archive) is built for PostgreSQL only so far: binary log archiving for MySQL and MariaDB is not available yet",fieldPath=.backup.archive
 // +kubebuilder:validation:XValidation:rule="self.engine == 'postgresql' || !has(self.bootstrap) || !has(self.bootstrap.recoveryTarget)",message="a recovery target (bootstrap.recoveryTarget) is built for PostgreSQL only so far: MySQL and MariaDB restore a backup as it was taken",fieldPath=.bootstrap.recoveryTarget
 // +kubebuilder:validation:XValidation:rule="self.engine != 'mariadb' || !has(self.replication) || !has(self.replication.synchronousReplicas) || self.replication.synchronousReplicas == 1",message="MariaDB semi-synchronous replication acknowledges after one replica: replication.synchronousReplicas must be 1",fieldPath=.replication.synchronousReplicas
@@ -299,6 +300,13 @@ const (
 	// volume fills), Unknown before the first segment or when the primary
 	// cannot be read; absent without archiving.
 	ConditionContinuousArchiving = "ContinuousArchiving"
+
+	// ConditionBackupVerified, with spec.backup.verify, is True when the
+	// latest restore drill recovered the latest physical backup with the
+	// archive to its end, opened every database and read every table;
+	// False when it failed (the reason says why) or found nothing to
+	// restore.
+	ConditionBackupVerified = "BackupVerified"
 )
 
 // Reasons of the ContinuousArchiving condition.
@@ -533,6 +541,15 @@ type DatabaseStatus struct {
 	// archive holds, committed before it.
 	// +optional
 	LastRecoverableTime *metav1.Time `json:"lastRecoverableTime,omitempty"`
+
+	// LastScheduledVerification is the schedule time of the latest restore
+	// drill spec.backup.verify started.
+	// +optional
+	LastScheduledVerification *metav1.Time `json:"lastScheduledVerification,omitempty"`
+
+	// LastVerifiedTime is when the latest successful restore drill ended.
+	// +optional
+	LastVerifiedTime *metav1.Time `json:"lastVerifiedTime,omitempty"`
 }
 
 // Database is a PostgreSQL, MySQL or MariaDB database the operator runs: one

@@ -110,6 +110,7 @@ func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Databa
 	if err := r.List(ctx, list, client.InNamespace(db.Namespace), client.MatchingFields{backupDatabaseIndex: db.Name}); err != nil {
 		return fmt.Errorf("listing Backups: %w", err)
 	}
+	obs.backups = list.Items
 	obs.lastBackup, obs.lastSuccessfulBackup = latestFinished(list.Items)
 	obs.firstRecoverable = firstRecoverable(list.Items, wal.Prefix(db.Namespace, db.Name, string(db.UID)))
 	obs.backupsObserved = true

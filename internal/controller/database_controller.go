@@ -201,6 +201,9 @@ func (r *DatabaseReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	if err := r.observeBackups(ctx, db, obs); err != nil {
 		obs.fail("Observe", err)
+	} else if err := r.reconcileDrill(ctx, db, obs); err != nil {
+		r.event(db, corev1.EventTypeWarning, "Verify"+reasonPhaseFailedPostfix, "Verify", "%v", err)
+		obs.fail("Verify", err)
 	}
 	r.BackupMetrics.observeDatabase(db, obs.lastBackup, obs.lastSuccessfulBackup)
 	r.verifyPrimary(ctx, db, obs)

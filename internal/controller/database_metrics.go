@@ -27,6 +27,8 @@ type OperatorMetrics struct {
 	archiving        *prometheus.GaugeVec
 	databases        *prometheus.GaugeVec
 	backupInterval   *prometheus.GaugeVec
+	backupVerified   *prometheus.GaugeVec
+	lastVerified     *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	phases map[[2]string]dbv1.Phase // namespace/name -> phase, for the databases gauge
@@ -61,12 +63,16 @@ func NewOperatorMetrics(reg prometheus.Registerer) (*OperatorMetrics, error) {
 			Help: "Databases by phase."}, []string{"namespace", "phase"}),
 		backupInterval: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_backup_schedule_interval_seconds",
 			Help: "Seconds between two backups of spec.backup.schedule (absent without a schedule, or suspended)."}, db),
+		backupVerified: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_backup_verified",
+			Help: "With spec.backup.verify: 1 when the latest restore drill restored the latest physical backup (BackupVerified True), 0 when it failed or found none to restore (absent while the first drill runs)."}, db),
+		lastVerified: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "database_operator_backup_last_verified_timestamp_seconds",
+			Help: "With spec.backup.verify: when the latest successful restore drill ended (status.lastVerifiedTime), as a Unix time."}, db),
 		phases: map[[2]string]dbv1.Phase{},
 	}
 	var errs []error
 	registerAll(reg, &errs, &m.failovers, &m.switchovers, &m.fences)
 	registerAll(reg, &errs, &m.failoverDuration, &m.phaseDuration)
-	registerAll(reg, &errs, &m.instances, &m.failing, &m.replication, &m.archiving, &m.databases, &m.backupInterval)
+	registerAll(reg, &errs, &m.instances, &m.failing, &m.replication, &m.archiving, &m.databases, &m.backupInterval, &m.backupVerified, &m.lastVerified)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("registering the operator metrics: %w", err)
 	}
@@ -131,6 +137,11 @@ func (m *OperatorMetrics) observe(db *dbv1.Database, st *dbv1.DatabaseStatus) {
 	}
 	m.replication.Delete(l)
 	m.archiving.Delete(l)
+	m.backupVerified.Delete(l)
+	m.lastVerified.Delete(l)
+	if t := st.LastVerifiedTime; t != nil && db.Spec.Backup != nil && db.Spec.Backup.Verify != nil {
+		m.lastVerified.With(l).Set(float64(t.Unix()))
+	}
 	for _, c := range st.Conditions {
 		if c.Status == "Unknown" {
 			continue
@@ -140,6 +151,8 @@ func (m *OperatorMetrics) observe(db *dbv1.Database, st *dbv1.DatabaseStatus) {
 			m.replication.With(l).Set(map[bool]float64{true: 1, false: 0}[c.Status == "True"])
 		case dbv1.ConditionContinuousArchiving:
 			m.archiving.With(l).Set(map[bool]float64{true: 1, false: 0}[c.Status == "True"])
+		case dbv1.ConditionBackupVerified:
+			m.backupVerified.With(l).Set(map[bool]float64{true: 1, false: 0}[c.Status == "True"])
 		}
 	}
 	m.backupInterval.Delete(l)
@@ -179,6 +192,7 @@ func (m *OperatorMetrics) forget(namespace, name string) {
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.failovers.MetricVec, m.switchovers.MetricVec, m.failoverDuration.MetricVec, m.fences.MetricVec,
 		m.instances.MetricVec, m.failing.MetricVec, m.replication.MetricVec, m.archiving.MetricVec, m.backupInterval.MetricVec,
+		m.backupVerified.MetricVec, m.lastVerified.MetricVec,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -107,11 +107,13 @@ func TestOperatorMetricsAreDocumented(t *testing.T) {
 	}
 	// One child each, so that every family is gathered.
 	db := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
-		db.Spec.Backup = &dbv1.BackupPolicy{Schedule: "@daily"}
+		db.Spec.Backup = &dbv1.BackupPolicy{Schedule: "@daily", Verify: &dbv1.VerifyPolicy{Schedule: "@weekly"}}
 		db.Status.PrimaryUnhealthySince = &metav1.Time{Time: time.Now().Add(-20 * time.Second)}
 	})
 	m.observe(db, &dbv1.DatabaseStatus{Phase: dbv1.PhaseRunning, Instances: []dbv1.InstanceStatus{{Name: "orders-0", Failure: &dbv1.InstanceFailure{Reason: "OOMKilled"}}},
-		Conditions: []metav1.Condition{{Type: dbv1.ConditionReplicationHealthy, Status: metav1.ConditionTrue}, {Type: dbv1.ConditionContinuousArchiving, Status: metav1.ConditionFalse}}})
+		LastVerifiedTime: &metav1.Time{Time: time.Now()},
+		Conditions: []metav1.Condition{{Type: dbv1.ConditionReplicationHealthy, Status: metav1.ConditionTrue}, {Type: dbv1.ConditionContinuousArchiving, Status: metav1.ConditionFalse},
+			{Type: dbv1.ConditionBackupVerified, Status: metav1.ConditionTrue}}})
 	m.onEvent(db, "FailoverCompleted", time.Now())
 	m.phaseDone("Apply", time.Millisecond)
 	done := metav1.Now()

@@ -333,7 +333,7 @@ func (r *DatabaseReconciler) startRecovery(ctx context.Context, db *dbv1.Databas
 	if err != nil {
 		return "", err
 	}
-	job, err := recoveryJob(db, sts, claim, src, r.Values.OperatorImage)
+	job, err := recoveryJob(db, sts, src, r.Values.OperatorImage, recoveryRun{name: restoreJobName(db), component: componentRestore, claim: claim})
 	if err != nil {
 		return "", &unusableBackup{err.Error()}
 	}
@@ -415,10 +415,20 @@ func (r *DatabaseReconciler) ensureRecoveryClaim(ctx context.Context, db *dbv1.D
 	return name, nil
 }
 
+// recoveryRun is what a recovery Job is for: a Database's bootstrap onto
+// its first instance's claim, or a restore drill (drill: into scratch
+// space, thrown away, no account changed).
+type recoveryRun struct {
+	name, component string
+	claim           string // the bootstrap's; none for a drill
+	drill           bool
+}
+
 // recoveryJob runs the manager's recover command in the database image,
-// as the database container runs, on the first instance's claim mounted
-// where that container mounts it.
-func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src restoreFrom, operatorImage string) (*batchv1.Job, error) {
+// as the database container runs: a bootstrap on the first instance's
+// claim mounted where that container mounts it, a drill into scratch
+// space.
+func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, src restoreFrom, operatorImage string, run recoveryRun) (*batchv1.Job, error) {
 	if operatorImage == "" {
 		return nil, fmt.Errorf("the operator's image is unknown (set RELATED_IMAGE_MANAGER on the operator): the recovery Job runs its binary")
 	}
@@ -446,14 +456,28 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 		tp.mounts[i].ReadOnly = true // the source's backups and archive are only read
 	}
 	args := append([]string{"recover"}, tp.args...)
+	dataVolume := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: run.claim}}
+	env := tp.env
+	if run.drill {
+		// The copy lives in scratch space and is deleted; no account is
+		// changed, so no password is needed.
+		pgdata, dataVolume = mountPath+"/pgdata", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		args = append(args, "--drill")
+	} else {
+		args = append(args, "--replication-user="+engine.ReplicationUser)
+		env = append([]corev1.EnvVar{
+			secretEnv(pitr.EnvSuperuserPassword, credentialsSecretName(db), corev1.BasicAuthPasswordKey),
+			secretEnv(pitr.EnvReplicationPassword, replicationSecretName(db), corev1.BasicAuthPasswordKey),
+		}, env...)
+	}
 	args = append(args, "--path="+src.path, "--pgdata="+pgdata, "--scratch="+jobScratchDir,
-		"--user="+engine.ProfileOf(db.Spec.Engine).Superuser, "--replication-user="+engine.ReplicationUser, "--result-file="+jobResultFile)
+		"--user="+engine.ProfileOf(db.Spec.Engine).Superuser, "--result-file="+jobResultFile)
 	if archive := src.backup.Status.ArchivePath; archive != "" {
 		fetch := append(append([]string{jobBinary, "wal-fetch"}, tp.args...), "--prefix="+archive)
 		args = append(args, "--archive="+archive, "--restore-command="+shellJoin(fetch)+" %f %p")
 	}
-	if t := db.Spec.Bootstrap.RecoveryTarget; t != nil {
-		switch {
+	if bs := db.Spec.Bootstrap; bs != nil && bs.RecoveryTarget != nil && !run.drill {
+		switch t := bs.RecoveryTarget; {
 		case t.Time != "":
 			args = append(args, "--target-time="+t.Time)
 		case t.LSN != "":
@@ -462,10 +486,6 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 			args = append(args, "--target-name="+t.Name)
 		}
 	}
-	env := append([]corev1.EnvVar{
-		secretEnv(pitr.EnvSuperuserPassword, credentialsSecretName(db), corev1.BasicAuthPasswordKey),
-		secretEnv(pitr.EnvReplicationPassword, replicationSecretName(db), corev1.BasicAuthPasswordKey),
-	}, tp.env...)
 	mounts := append([]corev1.VolumeMount{
 		{Name: "bin", MountPath: jobBinDir, ReadOnly: true}, {Name: "tmp", MountPath: "/tmp"},
 		{Name: "scratch", MountPath: jobScratchDir}, {Name: volumeClaimTemplate, MountPath: mountPath},
@@ -474,14 +494,18 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 		{Name: "bin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: volumeClaimTemplate, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
+		{Name: volumeClaimTemplate, VolumeSource: dataVolume},
 	}, tp.volumes...)
 	labels := map[string]string{
 		labelName: JobAppName, labelInstance: db.Name, labelManagedBy: managedBy,
-		labelComponent: componentRestore, labelDatabase: db.Name,
+		labelComponent: run.component, labelDatabase: db.Name,
+	}
+	var annotations map[string]string
+	if src.backup != nil {
+		annotations = map[string]string{jobBackupAnnotation: src.backup.Name}
 	}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: restoreJobName(db), Namespace: db.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: run.name, Namespace: db.Namespace, Labels: labels, Annotations: annotations},
 		Spec: batchv1.JobSpec{
 			// One attempt: a failed recovery is reported; the user decides
 			// (another target, another backup) and recreates the Database.
@@ -505,7 +529,7 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, claim string, src r
 						SecurityContext: jobSecurityContext(), Resources: jobResources(),
 					}},
 					Containers: []corev1.Container{{
-						Name: componentRestore, Image: container.Image, Command: []string{jobBinary}, Args: args,
+						Name: run.component, Image: container.Image, Command: []string{jobBinary}, Args: args,
 						Env: env, VolumeMounts: mounts, SecurityContext: jobSecurityContext(), Resources: container.Resources,
 						TerminationMessagePath: jobResultFile, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 					}},

@@ -250,7 +250,7 @@ func finishJob(t *testing.T, c client.Client, job *batchv1.Job, result backup.Re
 		}
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-x", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
-		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: componentRestore,
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: job.Spec.Template.Spec.Containers[0].Name,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: string(result.Encode())}}}}}}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)

@@ -67,6 +67,12 @@ type observed struct {
 	// backupsObserved (observeBackups listed the Backups).
 	firstRecoverable *metav1.Time
 	backupsObserved  bool
+	// backups are the Database's Backups, as observeBackups listed them.
+	backups []dbv1.Backup
+	// Restore drills: the latest one's state, and the schedule time of a
+	// drill started in this reconcile.
+	drill                     *drillState
+	lastScheduledVerification *metav1.Time
 
 	// instances are the reconcile's connections to the servers (nil
 	// without an InstanceConnector).
@@ -165,6 +171,7 @@ func computeStatus(db *dbv1.Database, obs *observed) dbv1.DatabaseStatus {
 		setCondition(&st, db, dbv1.ConditionRestored, obs.restored.Status, obs.restored.Reason, obs.restored.Message)
 	}
 	backupStatus(&st, db, obs)
+	drillStatus(&st, db, obs)
 	setArchiveCondition(&st, db, obs)
 	setRecoverability(&st, db, obs)
 	setProgressingCondition(&st, in)

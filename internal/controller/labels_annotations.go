@@ -45,6 +45,9 @@ const (
 	// UID: that claim is the Database's own, never one kept from an
 	// earlier Database of the name.
 	recoveryClaimAnnotation = "database.example.com/recovery-for"
+	// jobBackupAnnotation, on a recovery or restore drill Job, names the
+	// Backup it recovers (the condition reporting the outcome names it).
+	jobBackupAnnotation = "database.example.com/backup"
 	// appliedPasswordAnnotation, on the application and replication
 	// Secrets, is a hash of
 	// the password last set on the server: a changed password in the

@@ -139,6 +139,10 @@ func TestStatusTable(t *testing.T) {
 	db := orders()
 	db.Status.FirstRecoverabilityPoint = ptr(metav1.NewTime(now.Add(-9 * time.Hour)))
 	db.Status.LastRecoverableTime = ptr(metav1.NewTime(now.Add(-40 * time.Second)))
+	db.Spec.Backup.Verify = &dbv1.VerifyPolicy{Schedule: "30 4 * * 0"}
+	db.Status.LastVerifiedTime = ptr(metav1.NewTime(now.Add(-7 * time.Hour)))
+	db.Status.Conditions = append(db.Status.Conditions, metav1.Condition{Type: dbv1.ConditionBackupVerified, Status: metav1.ConditionTrue,
+		Reason: "Verified", Message: "restore drill orders-202612060430-drill recovered Backup orders-old", LastTransitionTime: metav1.NewTime(now.Add(-7 * time.Hour))})
 	c, _ := testClients(m, db, backupOf("orders-new", "orders", dbv1.BackupRunning, time.Minute),
 		backupOf("orders-old", "orders", dbv1.BackupCompleted, 9*time.Hour), backupOf("other", "billing", dbv1.BackupCompleted, time.Hour))
 	v, err := c.statusOf(context.Background(), "orders")

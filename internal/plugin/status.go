@@ -75,6 +75,9 @@ type statusView struct {
 	// The window a point-in-time recovery reaches (with WAL archiving).
 	FirstRecoverable *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
 	LastRecoverable  *metav1.Time `json:"lastRecoverableTime,omitempty"`
+	// Restore drills (spec.backup.verify).
+	VerifySchedule string       `json:"verifySchedule,omitempty"`
+	LastVerified   *metav1.Time `json:"lastVerifiedTime,omitempty"`
 }
 
 type instanceView struct {
@@ -106,6 +109,9 @@ func (c *Clients) statusOf(ctx context.Context, name string) (*statusView, error
 		FirstRecoverable: db.Status.FirstRecoverabilityPoint, LastRecoverable: db.Status.LastRecoverableTime}
 	if b := db.Spec.Backup; b != nil {
 		v.BackupSchedule, v.BackupSuspended = b.Schedule, b.Suspend
+		if b.Verify != nil {
+			v.VerifySchedule, v.LastVerified = b.Verify.Schedule, db.Status.LastVerifiedTime
+		}
 	}
 	var figErrs []string
 	for _, in := range db.Status.Instances {
@@ -225,6 +231,13 @@ func (v *statusView) writeBackups(w io.Writer, now time.Time) error {
 	if v.FirstRecoverable != nil && v.LastRecoverable != nil {
 		fmt.Fprintf(w, "Recoverable to any moment from %s to %s (restore --target-time)\n",
 			v.FirstRecoverable.UTC().Format(time.RFC3339), v.LastRecoverable.UTC().Format(time.RFC3339))
+	}
+	switch {
+	case v.VerifySchedule == "":
+	case v.LastVerified == nil:
+		fmt.Fprintf(w, "Restore drills: %s, no drill has restored a backup yet (see BackupVerified)\n", v.VerifySchedule)
+	default:
+		fmt.Fprintf(w, "Restore drills: %s, the last successful one %s ago (see BackupVerified)\n", v.VerifySchedule, age(v.LastVerified.Time, now))
 	}
 	if len(v.Backups) == 0 {
 		fmt.Fprintln(w, "Backups: none")

@@ -394,6 +394,28 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		t.Logf("restored to T: %d rows, all %d acknowledged before T among them", len(ids), before)
 	})
 
+	// A restore drill replays the whole archive into a copy, opens every
+	// database, counts each table's rows and deletes the copy.
+	t.Run("a drill", func(t *testing.T) {
+		var rows int64
+		if err := pgConn(t, ctx, src, "postgres").QueryRow(ctx, "SELECT count(*) FROM events").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		r := runRecover(t, w, basePath, "--drill")
+		if r.err != nil || !r.result.Succeeded || r.result.Reason != "Verified" {
+			t.Fatalf("drill: %v, result %+v\n%s", r.err, r.result, r.out)
+		}
+		t.Logf("drill: %s", r.result.Message)
+		if want := fmt.Sprintf("drill: postgres.public.events has %d rows", rows); !strings.Contains(r.out, want) {
+			t.Errorf("the drill's log does not say %q:\n%s", want, r.out)
+		}
+		for _, dir := range []string{r.pgdata, r.pgdata + ".recovering"} {
+			if _, err := os.Lstat(dir); err == nil {
+				t.Errorf("the drill left %s", dir)
+			}
+		}
+	})
+
 	// The writes lie in the segment after the base backup's (whose copy
 	// in the base backup a recovery would fall back on).
 	t.Run("a corrupted segment stops the recovery", func(t *testing.T) {
@@ -419,6 +441,22 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		for _, dir := range []string{r.pgdata, r.pgdata + ".recovering"} {
 			if _, err := os.Lstat(dir); err == nil {
 				t.Errorf("a failed recovery left %s", dir)
+			}
+		}
+		// Without a target PostgreSQL would promote at the last good
+		// point, quietly short of the archive; the recovery and a drill
+		// fail instead, and say where the replay ended.
+		for _, args := range [][]string{nil, {"--drill"}} {
+			r := runRecover(t, w, basePath, args...)
+			if r.err == nil || r.result.Succeeded || r.result.Reason != pitr.ReasonRecoveryFailed ||
+				!strings.Contains(r.result.Message, "short of the archive's last segment") {
+				t.Errorf("recovery %v to the end over a corrupt segment: %v, result %+v, want %s\n%s", args, r.err, r.result, pitr.ReasonRecoveryFailed, r.out)
+			}
+			t.Logf("recovery %v to the end: %s", args, r.result.Message)
+			for _, dir := range []string{r.pgdata, r.pgdata + ".recovering"} {
+				if _, err := os.Lstat(dir); err == nil {
+					t.Errorf("a failed recovery left %s", dir)
+				}
 			}
 		}
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/pitr"
 	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/tests/utils/pitrcheck"
 	"example.com/database-operator/tests/utils/testservers"
@@ -153,6 +154,9 @@ func TestPointInTimeRecovery(t *testing.T) {
 		t.Errorf("the default backup claim: %v", err)
 	}
 	b := p.backup("base")
+	// Restore drills every minute: the first runs while the test goes on.
+	drillsFrom := time.Now()
+	updateDatabase(t, p.db, func(db *dbv1.Database) { db.Spec.Backup.Verify = &dbv1.VerifyPolicy{Schedule: "* * * * *"} })
 	w := p.startWriter()
 	target := p.moment()
 	p.exec("DROP TABLE doomed")
@@ -180,6 +184,19 @@ func TestPointInTimeRecovery(t *testing.T) {
 	t.Logf("recovered and running with 2 instances %s after its creation: %s", time.Since(start).Round(time.Second), cond.Message)
 	waitEvent(t, p.db.Namespace, restored.Name, "Normal RestoreSucceeded")
 	recoveredTo(t, restored, writes, target)
+
+	// The drill recovered the base backup with the archive to its end in
+	// a Job of its own, opened the database and counted the rows.
+	cond = waitCondition(t, p.db, dbv1.ConditionBackupVerified, metav1.ConditionTrue, "Verified")
+	if !strings.Contains(cond.Message, "Backup base") || !strings.Contains(cond.Message, "every database opened") {
+		t.Errorf("BackupVerified: %s", cond.Message)
+	}
+	if st := k8sDatabase(t, p.db).Status; st.LastVerifiedTime == nil || st.LastVerifiedTime.Time.Before(drillsFrom.Truncate(time.Second)) {
+		t.Errorf("lastVerifiedTime %v, want after %s", st.LastVerifiedTime, drillsFrom)
+	}
+	waitEvent(t, p.db.Namespace, p.db.Name, "Normal BackupVerified")
+	t.Logf("restore drill: %s", cond.Message)
+	updateDatabase(t, p.db, func(db *dbv1.Database) { db.Spec.Backup.Verify = nil })
 
 	// The source's machine is lost under writes, and the Database deleted
 	// with its volumes: the latest moment the archive holds is recovered.
@@ -290,6 +307,8 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 	if err := os.WriteFile(seg, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A restore drill catches it: it cannot replay the archive to its end.
+	updateDatabase(t, p.db, func(db *dbv1.Database) { db.Spec.Backup.Verify = &dbv1.VerifyPolicy{Schedule: "* * * * *"} })
 	bad := p.recoverTo("pitrtl-corrupt", "base", target, 1)
 	cond := waitCondition(t, bad, dbv1.ConditionRestored, metav1.ConditionFalse, dbv1.ReasonRestoreFailed)
 	if !strings.Contains(cond.Message, "CORRUPT ARCHIVE") || !strings.Contains(cond.Message, last) {
@@ -309,6 +328,12 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 			t.Errorf("pod %s started after a failed recovery", pod.Name)
 		}
 	}
+	cond = waitCondition(t, p.db, dbv1.ConditionBackupVerified, metav1.ConditionFalse, pitr.ReasonRecoveryFailed)
+	if !strings.Contains(cond.Message, "short of the archive's last segment") {
+		t.Errorf("BackupVerified: %s", cond.Message)
+	}
+	waitEvent(t, p.db.Namespace, p.db.Name, "Warning BackupVerificationFailed")
+	t.Logf("restore drill over the corrupt segment: %s", cond.Message)
 }
 
 // pitrSource is a PostgreSQL Database that archives its WAL to the

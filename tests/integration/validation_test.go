@@ -153,6 +153,12 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		{"archiving asked of MariaDB", maria, func(db *dbv1.Database) {
 			db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
 		}, "continuous archiving (backup.archive) is built for PostgreSQL only so far"},
+		{"drills asked of MariaDB", maria, func(db *dbv1.Database) {
+			db.Spec.Backup = &dbv1.BackupPolicy{Verify: &dbv1.VerifyPolicy{Schedule: "@weekly"}}
+		}, "restore drills (backup.verify) restore physical PostgreSQL backups only so far"},
+		{"a drill schedule that is none", pg, func(db *dbv1.Database) {
+			db.Spec.Backup = &dbv1.BackupPolicy{Verify: &dbv1.VerifyPolicy{Schedule: "every sunday"}}
+		}, "schedule every sunday is not a valid cron expression"},
 		{"an archive timeout too short", pg, func(db *dbv1.Database) {
 			db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To[int32](1)}}
 		}, "timeoutSeconds in body should be greater than or equal to 10"},

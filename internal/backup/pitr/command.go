@@ -38,6 +38,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&o.Scratch, "scratch", os.TempDir(), "directory for the download, the socket and the server's log")
 	fs.StringVar(&o.Superuser, "user", "postgres", "the superuser (its password from "+EnvSuperuserPassword+")")
 	fs.StringVar(&replicationUser, "replication-user", "", "the replication account (its password from "+EnvReplicationPassword+")")
+	fs.BoolVar(&o.Drill, "drill", false, "a restore drill: recover into --pgdata, open every database, count each table's rows, then delete the copy")
 	fs.StringVar(&resultFile, "result-file", "/dev/termination-log", "where the result goes (JSON)")
 	fs.SetOutput(log)
 	if err := fs.Parse(args); err != nil {
@@ -59,8 +60,11 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 				return fail(backup.ReasonInvalid, "--target-time: %w", err)
 			}
 		}
-		o.Accounts = []Account{{Name: o.Superuser, Password: os.Getenv(EnvSuperuserPassword)}}
-		if replicationUser != "" {
+		if !o.Drill {
+			// A drill changes no account: its copy is thrown away.
+			o.Accounts = []Account{{Name: o.Superuser, Password: os.Getenv(EnvSuperuserPassword)}}
+		}
+		if replicationUser != "" && !o.Drill {
 			o.Accounts = append(o.Accounts, Account{Name: replicationUser, Password: os.Getenv(EnvReplicationPassword), Replication: true})
 		}
 		for _, a := range o.Accounts {
@@ -97,10 +101,22 @@ func ResultOf(o Options, out *Outcome, err error) backup.Result {
 		return backup.Result{Reason: backup.ReasonOf(err), Message: err.Error(), Path: o.Path}
 	}
 	m := out.Manifest
-	msg := fmt.Sprintf("recovered to %s: promoted at %s on timeline %d", o.Target, out.Position, out.Timeline)
+	msg := fmt.Sprintf("recovered to %s: the replay ended at %s, promoted on timeline %d", o.Target, out.EndOfRecovery, out.Timeline)
 	if !out.LastReplayed.IsZero() {
 		msg += ", the last transaction replayed committed at " + out.LastReplayed.UTC().Format(time.RFC3339Nano)
 	}
-	return backup.Result{Succeeded: true, Reason: "Recovered", Message: msg, Path: o.Path, Location: o.Store.Location(o.Path),
+	reason := "Recovered"
+	if o.Drill {
+		reason = "Verified"
+		databases := map[string]bool{}
+		var rows int64
+		for _, t := range out.Tables {
+			databases[t.Database] = true
+			rows += t.Rows
+		}
+		msg += fmt.Sprintf("; every database opened, %d tables in %d databases hold %d rows (each table's count is in the Job's log); the copy was deleted",
+			len(out.Tables), len(databases), rows)
+	}
+	return backup.Result{Succeeded: true, Reason: reason, Message: msg, Path: o.Path, Location: o.Store.Location(o.Path),
 		Version: m.Version, Position: out.Position, Size: m.Size(), Checksum: m.Checksum(), StartedAt: m.StartedAt, CompletedAt: m.CompletedAt}
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -103,6 +104,10 @@ type Options struct {
 	// ServerLog, when set, also gets the recovering server's log (and
 	// wal-fetch's lines in it): a Job's own log then shows the replay.
 	ServerLog io.Writer
+	// Drill makes the recovery a restore drill: once promoted, every
+	// database is opened and each table's rows counted, then the copy is
+	// thrown away (DataDir is scratch). No account is changed.
+	Drill bool
 }
 
 // Outcome is what the recovery reached.
@@ -115,6 +120,17 @@ type Outcome struct {
 	// LastReplayed is the commit time of the last transaction replayed
 	// (zero when none was).
 	LastReplayed time.Time
+	// EndOfRecovery is where the replay ended: the new timeline's
+	// switch point.
+	EndOfRecovery string
+	// Tables is what a drill found: each table's rows, by database.
+	Tables []TableCount
+}
+
+// TableCount is one table's rows, as a drill counted them.
+type TableCount struct {
+	Database, Schema, Table string
+	Rows                    int64
 }
 
 func fail(reason, format string, args ...any) error {
@@ -154,6 +170,13 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 		return nil, err
 	}
 	out.Manifest = m
+	if o.Drill {
+		// Proven restorable; nothing of it is kept.
+		if err := os.RemoveAll(work); err != nil {
+			return nil, fail(backup.ReasonLoadFailed, "removing the drill's copy: %w", err)
+		}
+		return out, nil
+	}
 	if err := os.Rename(work, o.DataDir); err != nil {
 		return nil, fail(backup.ReasonLoadFailed, "moving the recovered data directory into place: %w", err)
 	}
@@ -307,7 +330,7 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 		_ = cmd.Process.Signal(syscall.SIGQUIT)
 		<-exited
 	}
-	conn, err := waitPromoted(ctx, o.Superuser, sock, exited, func() error { return waitErr }, logFile)
+	conn, err := waitPromoted(ctx, connConfig(o.Superuser, sock, "postgres"), exited, func() error { return waitErr }, logFile)
 	if err != nil {
 		kill()
 		if ctx.Err() != nil {
@@ -316,6 +339,12 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 		return nil, err
 	}
 	out, err := finish(ctx, conn, o.Accounts)
+	if err == nil {
+		err = reachedEnd(ctx, o, conn, dir, out)
+	}
+	if err == nil && o.Drill {
+		out.Tables, err = countTables(ctx, conn, logf)
+	}
 	_ = conn.Close(context.Background())
 	if err != nil {
 		kill()
@@ -339,15 +368,7 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 // waitPromoted connects once the server left recovery (with hot standby
 // off it takes no connection before). A server that exits first failed
 // its recovery: its log says why.
-func waitPromoted(ctx context.Context, user, sock string, exited <-chan struct{}, exitErr func() error, logFile string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig("dbname=postgres")
-	if err != nil {
-		return nil, err
-	}
-	cfg.Host, cfg.Port, cfg.User = sock, 5432, user
-	// Over any role's or database's own settings in the restored catalog.
-	cfg.RuntimeParams["log_statement"] = "none"
-	cfg.RuntimeParams["log_min_error_statement"] = "panic"
+func waitPromoted(ctx context.Context, cfg *pgx.ConnConfig, exited <-chan struct{}, exitErr func() error, logFile string) (*pgx.Conn, error) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -370,6 +391,161 @@ func waitPromoted(ctx context.Context, user, sock string, exited <-chan struct{}
 		}
 		_ = conn.Close(ctx)
 	}
+}
+
+// connConfig connects to the recovering server's socket as user.
+func connConfig(user, sock, database string) *pgx.ConnConfig {
+	cfg, err := pgx.ParseConfig("")
+	if err != nil {
+		panic(err) // an empty connection string always parses
+	}
+	cfg.Host, cfg.Port, cfg.User, cfg.Database = sock, 5432, user, database
+	// Over any role's or database's own settings in the restored catalog.
+	cfg.RuntimeParams["log_statement"] = "none"
+	cfg.RuntimeParams["log_min_error_statement"] = "panic"
+	return cfg
+}
+
+// reachedEnd refuses a recovery to the end of the archive that ended
+// before it: PostgreSQL takes a segment it cannot fetch (corrupt, or
+// missing: a gap) for the end of the WAL and promotes there, quietly
+// short of what the archive holds. The replay must end on the archive's
+// latest timeline, inside or past its last segment.
+func reachedEnd(ctx context.Context, o Options, conn *pgx.Conn, dir string, out *Outcome) error {
+	parent, end, err := switchPoint(dir, out.Timeline)
+	if err != nil {
+		return fail(ReasonRecoveryFailed, "reading where the recovery ended: %w", err)
+	}
+	out.EndOfRecovery = end.String()
+	if o.Target != (Target{}) || o.Archive == "" {
+		return nil // the server itself says whether it met the target
+	}
+	entries, err := wal.Archive{Store: o.Store, Prefix: o.Archive}.List(ctx)
+	if err != nil {
+		return fail(backup.ReasonTargetFailed, "listing the WAL archive %s: %w", o.Store.Location(o.Archive), err)
+	}
+	last := ""
+	for _, e := range entries {
+		// Names sort by timeline, then position.
+		if len(e.Name) == 24 && e.Name > last {
+			last = e.Name
+		}
+	}
+	if last == "" {
+		return nil // nothing archived since the base backup
+	}
+	var segSize int64
+	if err := conn.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'").Scan(&segSize); err != nil {
+		return fail(ReasonRecoveryFailed, "reading the WAL segment size: %w", err)
+	}
+	timeline, start, err := segmentStart(last, segSize)
+	if err != nil {
+		return fail(ReasonRecoveryFailed, "%w", err)
+	}
+	// Past the segment's start: a segment the server read holds at least
+	// its page header and one record; ending right at its start means it
+	// read none of it. A replay that ended on a later timeline followed
+	// it past the last segment's (whose later segments are history).
+	if parent < timeline || (parent == timeline && end <= start) {
+		return fail(ReasonRecoveryFailed, "the replay ended at %s on timeline %d, short of the archive's last segment %s (%s on timeline %d): "+
+			"a segment up to it could not be fetched (the server's log says which); nothing was kept:\n%s", end, parent, last, start, timeline, tail(filepath.Join(o.Scratch, "recovery.log"), 8))
+	}
+	return nil
+}
+
+// switchPoint reads the timeline history file a promotion wrote: the
+// timeline the replay ended on and where.
+func switchPoint(dir string, timeline int64) (int64, engine.LSN, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "pg_wal", fmt.Sprintf("%08X.history", timeline)))
+	if err != nil {
+		return 0, 0, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	fields := strings.Fields(lines[len(lines)-1])
+	if len(fields) < 2 {
+		return 0, 0, fmt.Errorf("timeline %d's history ends with %q", timeline, lines[len(lines)-1])
+	}
+	parent, err := strconv.ParseInt(fields[0], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("timeline %d's history: %w", timeline, err)
+	}
+	lsn, err := engine.ParseLSN(fields[1])
+	return parent, lsn, err
+}
+
+// segmentStart is a WAL segment's timeline and the position it starts at.
+func segmentStart(name string, segSize int64) (int64, engine.LSN, error) {
+	var n [3]uint64
+	for i := range n {
+		var err error
+		if len(name) != 24 || segSize <= 0 {
+			err = errors.New("no")
+		} else {
+			n[i], err = strconv.ParseUint(name[8*i:8*i+8], 16, 32)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("%q is no WAL segment name (segment size %d)", name, segSize)
+		}
+	}
+	return int64(n[0]), engine.LSN(n[1]<<32 + n[2]*uint64(segSize)), nil
+}
+
+// countTables opens every database that takes connections and counts each
+// table's rows (a full read of every table: a page that cannot be read
+// fails the drill).
+func countTables(ctx context.Context, conn *pgx.Conn, logf func(string, ...any)) ([]TableCount, error) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")
+	if err != nil {
+		return nil, fail(ReasonRecoveryFailed, "listing the databases: %w", err)
+	}
+	databases, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fail(ReasonRecoveryFailed, "listing the databases: %w", err)
+	}
+	cfg := conn.Config()
+	var out []TableCount
+	for _, db := range databases {
+		c := cfg.Copy()
+		c.Database = db
+		dc, err := pgx.ConnectConfig(ctx, c)
+		if err != nil {
+			return nil, fail(ReasonRecoveryFailed, "database %q does not open: %w", db, err)
+		}
+		counts, err := countIn(ctx, dc, db)
+		_ = dc.Close(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range counts {
+			logf("drill: %s.%s.%s has %d rows", t.Database, t.Schema, t.Table, t.Rows)
+		}
+		out = append(out, counts...)
+	}
+	return out, nil
+}
+
+func countIn(ctx context.Context, conn *pgx.Conn, db string) ([]TableCount, error) {
+	rows, err := conn.Query(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
+		ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fail(ReasonRecoveryFailed, "listing the tables of %q: %w", db, err)
+	}
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableCount, error) {
+		t := TableCount{Database: db}
+		return t, r.Scan(&t.Schema, &t.Table)
+	})
+	if err != nil {
+		return nil, fail(ReasonRecoveryFailed, "listing the tables of %q: %w", db, err)
+	}
+	for i := range tables {
+		t := &tables[i]
+		q := "SELECT count(*) FROM " + pgx.Identifier{t.Schema, t.Table}.Sanitize()
+		if err := conn.QueryRow(ctx, q).Scan(&t.Rows); err != nil {
+			return nil, fail(ReasonRecoveryFailed, "reading table %s.%s.%s: %w", db, t.Schema, t.Table, err)
+		}
+	}
+	return tables, nil
 }
 
 // finish reads where the recovery ended and gives the accounts their new

@@ -74,6 +74,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1.SecretKeyRefApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("StorageSpec"):
 		return &apiv1.StorageSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("VerifyPolicy"):
+		return &apiv1.VerifyPolicyApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("VolumeTarget"):
 		return &apiv1.VolumeTargetApplyConfiguration{}
 

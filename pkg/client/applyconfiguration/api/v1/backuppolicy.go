@@ -34,6 +34,12 @@ type BackupPolicyApplyConfiguration struct {
 	// with more than one instance it must be ReadWriteMany (or the pods
 	// share a node).
 	Archive *ArchivePolicyApplyConfiguration `json:"archive,omitempty"`
+	// Verify schedules restore drills (PostgreSQL): the latest completed
+	// physical backup is recovered with the WAL archive to its end into a
+	// throwaway copy in a Job, every database opened and each table's rows
+	// counted, then the copy deleted. The BackupVerified condition and
+	// status.lastVerifiedTime report the outcome.
+	Verify *VerifyPolicyApplyConfiguration `json:"verify,omitempty"`
 }
 
 // BackupPolicyApplyConfiguration constructs a declarative configuration of the BackupPolicy type for use with
@@ -87,5 +93,13 @@ func (b *BackupPolicyApplyConfiguration) WithDeadlineSeconds(value int64) *Backu
 // If called multiple times, the Archive field is set to the value of the last call.
 func (b *BackupPolicyApplyConfiguration) WithArchive(value *ArchivePolicyApplyConfiguration) *BackupPolicyApplyConfiguration {
 	b.Archive = value
+	return b
+}
+
+// WithVerify sets the Verify field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Verify field is set to the value of the last call.
+func (b *BackupPolicyApplyConfiguration) WithVerify(value *VerifyPolicyApplyConfiguration) *BackupPolicyApplyConfiguration {
+	b.Verify = value
 	return b
 }

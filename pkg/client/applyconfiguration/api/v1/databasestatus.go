@@ -66,6 +66,11 @@ type DatabaseStatusApplyConfiguration struct {
 	// last archived a WAL segment: a recovery reaches the transactions the
 	// archive holds, committed before it.
 	LastRecoverableTime *apismetav1.Time `json:"lastRecoverableTime,omitempty"`
+	// LastScheduledVerification is the schedule time of the latest restore
+	// drill spec.backup.verify started.
+	LastScheduledVerification *apismetav1.Time `json:"lastScheduledVerification,omitempty"`
+	// LastVerifiedTime is when the latest successful restore drill ended.
+	LastVerifiedTime *apismetav1.Time `json:"lastVerifiedTime,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -209,5 +214,21 @@ func (b *DatabaseStatusApplyConfiguration) WithFirstRecoverabilityPoint(value ap
 // If called multiple times, the LastRecoverableTime field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithLastRecoverableTime(value apismetav1.Time) *DatabaseStatusApplyConfiguration {
 	b.LastRecoverableTime = &value
+	return b
+}
+
+// WithLastScheduledVerification sets the LastScheduledVerification field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastScheduledVerification field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithLastScheduledVerification(value apismetav1.Time) *DatabaseStatusApplyConfiguration {
+	b.LastScheduledVerification = &value
+	return b
+}
+
+// WithLastVerifiedTime sets the LastVerifiedTime field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastVerifiedTime field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithLastVerifiedTime(value apismetav1.Time) *DatabaseStatusApplyConfiguration {
+	b.LastVerifiedTime = &value
 	return b
 }
