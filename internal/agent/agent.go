@@ -45,6 +45,7 @@ import (
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -151,6 +152,9 @@ type Config struct {
 	// Check, when set, asks the local server for its status instead of
 	// connecting to Server (unit tests).
 	Check func(context.Context) (engine.Status, error)
+	// AfterPromotion, when set, replaces what the agent does once it sees
+	// its replica promoted (archiveBacklog; unit tests).
+	AfterPromotion func(context.Context)
 }
 
 // Agent is one running agent.
@@ -707,6 +711,9 @@ func (a *Agent) checkLoop(ctx context.Context) {
 				a.answered, a.everAnswered = now, true
 				if st.Writable() && !a.writable {
 					a.writableSince = now
+					if a.replica {
+						go a.afterPromotion(ctx)
+					}
 				}
 				a.writable = st.Writable()
 				a.replica, a.behind = st.Role == engine.RoleReplica, st.Behind
@@ -724,6 +731,53 @@ func (a *Agent) checkLoop(ctx context.Context) {
 }
 
 const checkInterval = time.Second
+
+// afterPromotion runs once the agent saw its replica turn into a primary.
+func (a *Agent) afterPromotion(ctx context.Context) {
+	if a.cfg.AfterPromotion != nil {
+		a.cfg.AfterPromotion(ctx)
+		return
+	}
+	if a.cfg.Engine == dbv1.EnginePostgreSQL {
+		a.archiveBacklog(ctx)
+	}
+}
+
+// archiveBacklog hands the WAL segments the old primary completed and
+// never archived back to this server's archiver (wal.MarkBacklog): a
+// promoted standby archives only what it writes itself, and the archive
+// would have a gap at the failover.
+func (a *Agent) archiveBacklog(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	inst, err := a.openLocal(ctx, 10*time.Second)
+	if err != nil {
+		a.cfg.Log.Error(err, "after the promotion: cannot reach the server to find the WAL its old primary did not archive")
+		return
+	}
+	defer func() { _ = inst.Close() }()
+	arch, err := inst.Archiver(ctx)
+	switch {
+	case err != nil:
+		a.cfg.Log.Error(err, "after the promotion: reading the server's archiving settings")
+		return
+	case arch.Mode == "" || arch.Mode == "off":
+		return
+	}
+	marked, err := wal.MarkBacklog(arch.DataDir, arch.SegmentSize)
+	if err != nil {
+		a.cfg.Log.Error(err, "after the promotion: the WAL the old primary did not archive may leave a gap in the archive", "marked", marked)
+	}
+	if len(marked) == 0 {
+		return
+	}
+	// A configuration reload wakes the archiver, which would otherwise
+	// look at its ready files within a minute.
+	if err := inst.ReloadTLS(ctx); err != nil {
+		a.cfg.Log.Error(err, "after the promotion: waking the archiver")
+	}
+	a.cfg.Log.Info("after the promotion: the WAL segments the old primary completed are archived by this server (those archived already are taken as the same)", "segments", marked)
+}
 
 // checkFunc is how the agent asks its server for its state.
 func (a *Agent) checkFunc() func(context.Context) (engine.Status, error) {

@@ -500,3 +500,28 @@ func TestReplicaReadiness(t *testing.T) {
 	h.status.Store(engine.Status{Role: engine.RoleReplica, ReadOnly: true, Streaming: true})
 	ready("")
 }
+
+// TestAfterPromotion: the agent acts once when it sees its replica turn
+// writable (it hands the old primary's unarchived WAL to the archiver),
+// and never for a server that started as the primary.
+func TestAfterPromotion(t *testing.T) {
+	var promoted, primary atomic.Int32
+	h := start(t, "db-1", nil, false, func(a *Agent) { a.cfg.AfterPromotion = func(context.Context) { promoted.Add(1) } })
+	start(t, "db-0", nil, true, func(a *Agent) { a.cfg.AfterPromotion = func(context.Context) { primary.Add(1) } })
+	time.Sleep(2500 * time.Millisecond)
+	if promoted.Load() != 0 {
+		t.Fatal("acted on a promotion before any")
+	}
+	h.setWritable(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for promoted.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if n := promoted.Load(); n != 1 {
+		t.Errorf("acted %d times on one promotion, want once", n)
+	}
+	if n := primary.Load(); n != 0 {
+		t.Errorf("acted %d times for a server that started as the primary", n)
+	}
+}

@@ -253,6 +253,10 @@ type Archiver struct {
 	Failed         int64
 	LastFailed     string
 	LastFailedAt   time.Time
+	// DataDir is data_directory and SegmentSize wal_segment_size: where
+	// a promoted server's unarchived backlog lies (wal.MarkBacklog).
+	DataDir     string
+	SegmentSize int64
 }
 
 // Failing says whether the last attempt failed: the archiver retries the

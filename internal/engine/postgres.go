@@ -716,8 +716,10 @@ func (p *postgres) Archiver(ctx context.Context) (Archiver, error) {
 	var a Archiver
 	var lastArchived, lastFailed *string
 	var lastArchivedAt, lastFailedAt *time.Time
-	if err := p.conn.QueryRow(ctx, `SELECT current_setting('archive_mode'), archived_count, last_archived_wal, last_archived_time, failed_count, last_failed_wal, last_failed_time FROM pg_stat_archiver`).
-		Scan(&a.Mode, &a.Archived, &lastArchived, &lastArchivedAt, &a.Failed, &lastFailed, &lastFailedAt); err != nil {
+	if err := p.conn.QueryRow(ctx, `SELECT current_setting('archive_mode'), archived_count, last_archived_wal, last_archived_time, failed_count, last_failed_wal, last_failed_time,
+			current_setting('data_directory'), (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size')
+		FROM pg_stat_archiver`).
+		Scan(&a.Mode, &a.Archived, &lastArchived, &lastArchivedAt, &a.Failed, &lastFailed, &lastFailedAt, &a.DataDir, &a.SegmentSize); err != nil {
 		return Archiver{}, fmt.Errorf("PostgreSQL %s: reading pg_stat_archiver: %w", p.ep, err)
 	}
 	if lastArchived != nil {

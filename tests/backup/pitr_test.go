@@ -554,3 +554,143 @@ func waitPromoted(t *testing.T, ctx context.Context, p *testservers.Postgres) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestArchiveAcrossFailover: the primary's target refuses its pushes while
+// it completes segments its replica receives; the primary is lost; the
+// replica promoted archives only what it writes itself, and the archive
+// has a gap at the failover, which a recovery to the end stops at. The
+// agent's step after a promotion (wal.MarkBacklog) hands the segments the
+// old primary never archived to the new primary's archiver: the archive
+// has no gap, and a recovery to the end has every acknowledged write,
+// before the failover and after it.
+func TestArchiveAcrossFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	w := walCommands(t)
+	opts := testservers.PostgresOptions{Settings: []string{"archive_mode = on", "archive_command = '" + w.archive + "'"}}
+	topo := testservers.NewTopology(t)
+	primary := testservers.StartPostgresWith(t, topo, "orders-0", opts)
+	pgExec(t, ctx, primary, "postgres", "CREATE TABLE events (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())")
+	replica := testservers.StartPostgresWith(t, topo, "orders-1", opts)
+	backups := storage.NewDir(w.dir)
+	if _, _, err := backup.Run(ctx, backup.Options{Server: pgServer(primary), Store: backups, Namespace: "shop", Database: "orders",
+		DatabaseUID: "uid-1", Name: "base", Method: backup.MethodPhysical}); err != nil {
+		t.Fatalf("physical backup: %v", err)
+	}
+	giveTreeToPostgres(t, w.dir)
+	switchAndArchive(t, ctx, primary)
+
+	// The target refuses the primary's pushes; it completes two more
+	// segments, which its replica receives.
+	walDir := filepath.Join(w.dir, "shop/orders/wal")
+	if err := os.Chmod(walDir, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	wc := pgConn(t, ctx, primary, "postgres")
+	w8 := pitrcheck.Start(ctx, wc, t.Errorf)
+	for range 2 {
+		time.Sleep(300 * time.Millisecond)
+		pgExec(t, ctx, primary, "postgres", "SELECT pg_switch_wal()")
+	}
+	time.Sleep(300 * time.Millisecond)
+	writes := w8.Stop()
+	wc.Close(ctx)
+	var end string
+	if err := pgConn(t, ctx, primary, "postgres").QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	rc := pgConn(t, ctx, replica, "postgres")
+	waitFor(t, ctx, func() bool {
+		var caught bool
+		return rc.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", end).Scan(&caught) == nil && caught
+	})
+	rc.Close(ctx)
+	primary.Stop()
+	if err := os.Chmod(walDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Instance(t).Promote(ctx); err != nil {
+		t.Fatalf("promoting the replica: %v", err)
+	}
+	backlog, err := wal.Backlog(replica.Data(), 16<<20)
+	if err != nil || len(backlog) == 0 {
+		t.Fatalf("the promoted replica's backlog %v (%v), want the segments the old primary did not archive", backlog, err)
+	}
+	archive := wal.Archive{Store: backups, Prefix: "shop/orders/wal"}
+	archived := func() map[string]bool {
+		entries, err := archive.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, e := range entries {
+			names[e.Name] = true
+		}
+		return names
+	}
+	// Without the agent's step, the new primary never archives those the
+	// old one did not.
+	time.Sleep(2 * time.Second)
+	names := archived()
+	var missing []string
+	for _, s := range backlog {
+		if !names[s] {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) < 2 {
+		t.Fatalf("the archive lacks %v of the backlog %v: want the two segments completed while the target refused the old primary", missing, backlog)
+	}
+	t.Logf("the old primary never archived %v", missing)
+
+	marked, err := wal.MarkBacklog(replica.Data(), 16<<20)
+	if err != nil || !slices.Equal(marked, backlog) {
+		t.Fatalf("marked %v (%v), want %v", marked, err, backlog)
+	}
+	// As the agent does: a reload wakes the archiver (it would look again
+	// within a minute on its own).
+	if err := replica.Instance(t).ReloadTLS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	markedAt := time.Now()
+	waitFor(t, ctx, func() bool {
+		names := archived()
+		for _, s := range backlog {
+			if !names[s] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("the backlog archived %s after it was marked", time.Since(markedAt).Round(time.Millisecond))
+	// Those archived before were taken again as the same contents: the
+	// new primary's archiver reports no failure.
+	if a, err := replica.Instance(t).Archiver(ctx); err != nil || a.Failed > 0 {
+		t.Errorf("the new primary's archiver: %+v (%v), want no failure", a, err)
+	}
+	nc := pgConn(t, ctx, replica, "postgres")
+	w8 = pitrcheck.Start(ctx, nc, t.Errorf)
+	time.Sleep(500 * time.Millisecond)
+	writes = append(writes, w8.Stop()...)
+	nc.Close(ctx)
+	switchAndArchive(t, ctx, replica)
+	giveTreeToPostgres(t, w.dir)
+
+	r := runRecover(t, w, backup.Path("shop", "orders", "base"))
+	if r.err != nil || !r.result.Succeeded {
+		t.Fatalf("recovery to the end across the failover: %v, result %+v\n%s", r.err, r.result, r.out)
+	}
+	t.Logf("recovered: %s", r.result.Message)
+	restored := testservers.PostgresOnData(t, "after-0", r.pgdata, false, testservers.PostgresOptions{})
+	restored.Restart(t)
+	waitPromoted(t, ctx, restored)
+	ac := pgConn(t, ctx, restored, "postgres")
+	defer ac.Close(ctx)
+	ids, err := pitrcheck.Rows(ctx, ac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost, _ := pitrcheck.Judge(writes, ids, time.Now()); lost > 0 {
+		t.Errorf("%d acknowledged writes missing after a recovery to the end (of %d)", lost, len(writes))
+	}
+}
