@@ -153,7 +153,7 @@ type Config struct {
 	// connecting to Server (unit tests).
 	Check func(context.Context) (engine.Status, error)
 	// AfterPromotion, when set, replaces what the agent does once it sees
-	// its replica promoted (archiveBacklog; unit tests).
+	// its replica promoted (ArchiveBacklog; unit tests).
 	AfterPromotion func(context.Context)
 }
 
@@ -739,15 +739,15 @@ func (a *Agent) afterPromotion(ctx context.Context) {
 		return
 	}
 	if a.cfg.Engine == dbv1.EnginePostgreSQL {
-		a.archiveBacklog(ctx)
+		a.ArchiveBacklog(ctx)
 	}
 }
 
-// archiveBacklog hands the WAL segments the old primary completed and
+// ArchiveBacklog hands the WAL segments the old primary completed and
 // never archived back to this server's archiver (wal.MarkBacklog): a
 // promoted standby archives only what it writes itself, and the archive
 // would have a gap at the failover.
-func (a *Agent) archiveBacklog(ctx context.Context) {
+func (a *Agent) ArchiveBacklog(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	inst, err := a.openLocal(ctx, 10*time.Second)

@@ -13,10 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/testr"
+
+	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/pitr"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/internal/engine"
 	"example.com/database-operator/tests/utils/pitrcheck"
 	"example.com/database-operator/tests/utils/testservers"
 )
@@ -559,7 +564,7 @@ func waitPromoted(t *testing.T, ctx context.Context, p *testservers.Postgres) {
 // it completes segments its replica receives; the primary is lost; the
 // replica promoted archives only what it writes itself, and the archive
 // has a gap at the failover, which a recovery to the end stops at. The
-// agent's step after a promotion (wal.MarkBacklog) hands the segments the
+// agent's step after a promotion (ArchiveBacklog) hands the segments the
 // old primary never archived to the new primary's archiver: the archive
 // has no gap, and a recovery to the end has every acknowledged write,
 // before the failover and after it.
@@ -643,15 +648,9 @@ func TestArchiveAcrossFailover(t *testing.T) {
 	}
 	t.Logf("the old primary never archived %v", missing)
 
-	marked, err := wal.MarkBacklog(replica.Data(), 16<<20)
-	if err != nil || !slices.Equal(marked, backlog) {
-		t.Fatalf("marked %v (%v), want %v", marked, err, backlog)
-	}
-	// As the agent does: a reload wakes the archiver (it would look again
-	// within a minute on its own).
-	if err := replica.Instance(t).ReloadTLS(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// What the new primary's agent does once it sees the promotion.
+	agent.New(agent.Config{Engine: dbv1.EnginePostgreSQL, Server: engine.Endpoint{Host: "127.0.0.1", Port: replica.Port},
+		Superuser: engine.Credentials{User: "postgres", Password: replica.Password}, Log: testr.New(t)}).ArchiveBacklog(ctx)
 	markedAt := time.Now()
 	waitFor(t, ctx, func() bool {
 		names := archived()
@@ -667,6 +666,12 @@ func TestArchiveAcrossFailover(t *testing.T) {
 	// new primary's archiver reports no failure.
 	if a, err := replica.Instance(t).Archiver(ctx); err != nil || a.Failed > 0 {
 		t.Errorf("the new primary's archiver: %+v (%v), want no failure", a, err)
+	}
+	// And marked archived: a status file the archiver cannot open has it
+	// archive the segment again and again, and keep it in pg_wal.
+	time.Sleep(time.Second)
+	if strings.Contains(replica.Log(), "archive_status") {
+		t.Errorf("the archiver could not mark the backlog archived:\n%s", replica.Log())
 	}
 	nc := pgConn(t, ctx, replica, "postgres")
 	w8 = pitrcheck.Start(ctx, nc, t.Errorf)

@@ -82,8 +82,8 @@ func Backlog(dataDir string, segSize int64) ([]string, error) {
 // archive status goes from done back to ready, and the archiver (running
 // now that the server is a primary) archives it through archive_command
 // like any segment, with its retries and pg_stat_archiver's report, and
-// keeps it in pg_wal until it is archived. A segment the server removed
-// meanwhile is skipped. It returns the segments it marked.
+// keeps it in pg_wal until it is archived. A segment ready already, or
+// removed meanwhile, is skipped. It returns the segments it marked.
 func MarkBacklog(dataDir string, segSize int64) ([]string, error) {
 	files, err := Backlog(dataDir, segSize)
 	if err != nil {
@@ -92,23 +92,14 @@ func MarkBacklog(dataDir string, segSize int64) ([]string, error) {
 	status := filepath.Join(dataDir, "pg_wal", "archive_status")
 	var marked []string
 	for _, f := range files {
-		if _, err := os.Stat(filepath.Join(dataDir, "pg_wal", f)); err != nil {
-			continue // removed since it was listed
-		}
-		ready := filepath.Join(status, f+".ready")
-		if _, err := os.Stat(ready); err == nil {
-			continue // to be archived already
-		}
-		// Ready first: with neither file the server would mark it ready
-		// itself, with both it archives it.
-		r, err := os.OpenFile(ready, os.O_CREATE|os.O_WRONLY, 0o600)
-		if err != nil {
-			return marked, fmt.Errorf("marking %s for the archiver: %w", f, err)
-		}
-		if err := r.Close(); err != nil {
-			return marked, err
-		}
-		if err := os.Remove(filepath.Join(status, f+".done")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Renamed, not made anew: the file keeps the server's account as
+		// its owner, and the archiver opens it to mark it done again (a
+		// file it cannot open has it archive the segment over and over).
+		err := os.Rename(filepath.Join(status, f+".done"), filepath.Join(status, f+".ready"))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			continue // ready already, or removed since it was listed
+		case err != nil:
 			return marked, fmt.Errorf("marking %s for the archiver: %w", f, err)
 		}
 		marked = append(marked, f)
