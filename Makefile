@@ -235,9 +235,9 @@ test-faults: ## The fault scenarios once per engine on real pods (root): machine
 		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime|TestPrimaryPod|TestPrimaryEvicted|TestScaleDown|TestRecreatedOverKeptVolumes|TestInterruptedFailoverUndone|TestStuckRollout|TestConnectionTableFull|TestCrashDurability|TestPrometheusAlerts|TestCrashCausesDiagnosed'
 
 .PHONY: test-pitr-full
-test-pitr-full: ## Point-in-time recovery on real pods (root): the recover program on real servers (a target outside the window, a corrupt segment), a recovery to T into a new Database, and one across a switchover's timeline change with a corrupt segment that leaves the recovered Database Failed with no pod.
+test-pitr-full: ## Point-in-time recovery on real pods (root): the recover program on real servers (a target outside the window, a corrupt segment, a drill, archive retention, the archive across a failover), a recovery to T into a new Database with a restore drill, and one across a switchover's timeline change with a corrupt segment that leaves the recovered Database Failed with no pod and the drill failed.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	go test -count=1 -v -timeout 10m -run 'TestPostgresPointInTimeRecovery' ./tests/backup/ && \
+	go test -count=1 -v -timeout 10m -run 'TestPostgresPointInTimeRecovery|TestArchiveAcrossFailover' ./tests/backup/ && \
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test -count=1 -parallel 2 -v -timeout 30m ./tests/e2e/ \
 		-run 'TestPointInTimeRecovery|TestContinuousArchiving'
 
