@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -237,6 +238,9 @@ func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) 
 	})
 	restored = waitRunning(t, restored, 1, 6*time.Minute)
 	t.Logf("%s recovered to the end of the archive and running %s after its creation", name, time.Since(start).Round(time.Second))
+	if c := meta.FindStatusCondition(k8sDatabase(t, restored).Status.Conditions, dbv1.ConditionRestored); c != nil {
+		t.Logf("%s: %s", name, c.Message) // the restore and replay rates
+	}
 	user, password := credentials(t, restored)
 	ids, err := pitrcheck.Rows(ctx, pgRW(t, restored, user, password))
 	if err != nil {

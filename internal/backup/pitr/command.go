@@ -105,6 +105,9 @@ func ResultOf(o Options, out *Outcome, err error) backup.Result {
 	if !out.LastReplayed.IsZero() {
 		msg += ", the last transaction replayed committed at " + out.LastReplayed.UTC().Format(time.RFC3339Nano)
 	}
+	msg += fmt.Sprintf("; unpacked %s in %s (%s), replayed %s of WAL in %s (%s)",
+		megabytes(m.Size()), out.Unpacking.Round(time.Millisecond), rate(m.Size(), out.Unpacking),
+		megabytes(out.Replayed), out.Replaying.Round(time.Millisecond), rate(out.Replayed, out.Replaying))
 	reason := "Recovered"
 	if o.Drill {
 		reason = "Verified"
@@ -119,4 +122,14 @@ func ResultOf(o Options, out *Outcome, err error) backup.Result {
 	}
 	return backup.Result{Succeeded: true, Reason: reason, Message: msg, Path: o.Path, Location: o.Store.Location(o.Path),
 		Version: m.Version, Position: out.Position, Size: m.Size(), Checksum: m.Checksum(), StartedAt: m.StartedAt, CompletedAt: m.CompletedAt}
+}
+
+func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// rate is n bytes over d in MB/s.
+func rate(n int64, d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f MB/s", float64(n)/1e6/d.Seconds())
 }

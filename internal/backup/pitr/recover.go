@@ -123,6 +123,12 @@ type Outcome struct {
 	// EndOfRecovery is where the replay ended: the new timeline's
 	// switch point.
 	EndOfRecovery string
+	// Unpacking and Replaying are how long the base backup took to check
+	// and unpack and the WAL to replay (from the server's start to its
+	// promotion); Replayed is how much WAL that was, from where the base
+	// backup started.
+	Unpacking, Replaying time.Duration
+	Replayed             int64
 	// Tables is what a drill found: each table's rows, by database.
 	Tables []TableCount
 }
@@ -170,6 +176,10 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 		return nil, err
 	}
 	out.Manifest = m
+	from, ferr := engine.ParseLSN(m.Position)
+	if end, eerr := engine.ParseLSN(out.EndOfRecovery); ferr == nil && eerr == nil && end > from {
+		out.Replayed = int64(end - from)
+	}
 	if o.Drill {
 		// Proven restorable; nothing of it is kept.
 		if err := os.RemoveAll(work); err != nil {
@@ -190,13 +200,19 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 
 // recoverInto unpacks the base backup into work and replays it.
 func recoverInto(ctx context.Context, o Options, work string, logf func(string, ...any)) (*Outcome, error) {
+	start := time.Now()
 	if _, err := backup.ExtractPhysical(ctx, o.Store, o.Path, o.Scratch, work); err != nil {
 		return nil, err
 	}
+	unpacking := time.Since(start)
 	if err := prepare(work); err != nil {
 		return nil, fail(backup.ReasonLoadFailed, "preparing %s for recovery: %w", work, err)
 	}
-	return replay(ctx, o, work, logf)
+	out, err := replay(ctx, o, work, logf)
+	if out != nil {
+		out.Unpacking = unpacking
+	}
+	return out, err
 }
 
 func syncDir(dir string) error {
@@ -330,7 +346,9 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 		_ = cmd.Process.Signal(syscall.SIGQUIT)
 		<-exited
 	}
+	started := time.Now()
 	conn, err := waitPromoted(ctx, connConfig(o.Superuser, sock, "postgres"), exited, func() error { return waitErr }, logFile)
+	replaying := time.Since(started)
 	if err != nil {
 		kill()
 		if ctx.Err() != nil {
@@ -340,6 +358,7 @@ func replay(ctx context.Context, o Options, dir string, logf func(string, ...any
 	}
 	out, err := finish(ctx, conn, o.Accounts)
 	if err == nil {
+		out.Replaying = replaying
 		err = reachedEnd(ctx, o, conn, dir, out)
 	}
 	if err == nil && o.Drill {
