@@ -711,9 +711,9 @@ func (a *Agent) checkLoop(ctx context.Context) {
 				a.answered, a.everAnswered = now, true
 				if st.Writable() && !a.writable {
 					a.writableSince = now
-					if a.replica {
-						go a.afterPromotion(ctx)
-					}
+				}
+				if a.replica && st.Role == engine.RolePrimary {
+					go a.afterPromotion(ctx) // promoted (writable or fenced still)
 				}
 				a.writable = st.Writable()
 				a.replica, a.behind = st.Role == engine.RoleReplica, st.Behind
@@ -748,20 +748,28 @@ func (a *Agent) afterPromotion(ctx context.Context) {
 // promoted standby archives only what it writes itself, and the archive
 // would have a gap at the failover.
 func (a *Agent) ArchiveBacklog(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Tried for a while: the segments are in pg_wal now, and the server
+	// may remove them at its next checkpoints.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	inst, err := a.openLocal(ctx, 10*time.Second)
+	var inst engine.Instance
+	var arch engine.Archiver
+	err := poll(ctx, 3*time.Second, func() error {
+		var err error
+		if inst, err = a.openLocal(ctx, 10*time.Second); err != nil {
+			return err
+		}
+		if arch, err = inst.Archiver(ctx); err != nil {
+			_ = inst.Close()
+		}
+		return err
+	})
 	if err != nil {
-		a.cfg.Log.Error(err, "after the promotion: cannot reach the server to find the WAL its old primary did not archive")
+		a.cfg.Log.Error(err, "after the promotion: cannot read the server's archiving settings to archive the WAL its old primary did not")
 		return
 	}
 	defer func() { _ = inst.Close() }()
-	arch, err := inst.Archiver(ctx)
-	switch {
-	case err != nil:
-		a.cfg.Log.Error(err, "after the promotion: reading the server's archiving settings")
-		return
-	case arch.Mode == "" || arch.Mode == "off":
+	if arch.Mode == "" || arch.Mode == "off" {
 		return
 	}
 	marked, err := wal.MarkBacklog(arch.DataDir, arch.SegmentSize)
@@ -777,6 +785,22 @@ func (a *Agent) ArchiveBacklog(ctx context.Context) {
 		a.cfg.Log.Error(err, "after the promotion: waking the archiver")
 	}
 	a.cfg.Log.Info("after the promotion: the WAL segments the old primary completed are archived by this server (those archived already are taken as the same)", "segments", marked)
+}
+
+// poll runs try every interval until it succeeds or ctx ends (its last
+// error then).
+func poll(ctx context.Context, interval time.Duration, try func() error) error {
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(interval):
+		}
+	}
 }
 
 // checkFunc is how the agent asks its server for its state.

@@ -220,17 +220,25 @@ func Run(ctx context.Context, o Options) (*Manifest, Pruned, error) {
 		cleanup()
 		return nil, Pruned{}, fail(ReasonTargetFailed, "writing the manifest: %w", err)
 	}
+	pruned, err := retain(ctx, o, m, now())
+	return m, pruned, err
+}
+
+// retain applies retention after the backup m completed: to the backups,
+// then to the archive. The backup itself is good whatever fails here;
+// retention is tried again after the next one.
+func retain(ctx context.Context, o Options, m *Manifest, now time.Time) (Pruned, error) {
 	var pruned Pruned
-	if pruned.Backups, err = Prune(ctx, o.Store, m, o.DatabaseCreated, o.Retention, now()); err != nil {
-		// The backup itself is good; retention retries after the next one.
-		return m, pruned, fmt.Errorf("backup completed, but retention failed: %w", err)
+	var err error
+	if pruned.Backups, err = Prune(ctx, o.Store, m, o.DatabaseCreated, o.Retention, now); err != nil {
+		return pruned, fmt.Errorf("backup completed, but retention failed: %w", err)
 	}
 	if o.Archive != "" && o.Retention.bounded() {
 		if pruned.WAL, pruned.WALBefore, err = PruneArchive(ctx, o.Store, o.Archive, m, o.DatabaseCreated); err != nil {
-			return m, pruned, fmt.Errorf("backup completed, but the archive's retention failed: %w", err)
+			return pruned, fmt.Errorf("backup completed, but the archive's retention failed: %w", err)
 		}
 	}
-	return m, pruned, nil
+	return pruned, nil
 }
 
 // baseBackupWALStart reads the first WAL file a recovery from a base backup

@@ -33,12 +33,16 @@ type RestoreOptions struct {
 	Scratch string
 }
 
+// ErrNoManifest is wrapped by ReadManifest's error when there is no
+// manifest: no backup there, or not any more.
+var ErrNoManifest = errors.New("its manifest is missing")
+
 // ReadManifest reads and validates a backup's manifest.
 func ReadManifest(ctx context.Context, store storage.Store, dir string) (*Manifest, error) {
 	r, err := store.Get(ctx, dir+"/"+ManifestName)
 	if err != nil {
 		if errors.Is(err, storage.ErrNotFound) {
-			return nil, fail(ReasonInvalid, "no backup at %s: its manifest is missing (an unfinished or deleted backup?)", store.Location(dir))
+			return nil, fail(ReasonInvalid, "no backup at %s: %w (an unfinished or deleted backup?)", store.Location(dir), ErrNoManifest)
 		}
 		return nil, fail(ReasonTargetFailed, "reading the manifest of %s: %w", store.Location(dir), err)
 	}

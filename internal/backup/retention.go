@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -61,7 +62,7 @@ func Prune(ctx context.Context, store storage.Store, just *Manifest, created tim
 	if just.DatabaseUID == "" {
 		return nil, fmt.Errorf("retention needs the Database's UID (--database-uid): without it another Database's backups could be taken for its own")
 	}
-	backups, err := ownBackups(ctx, store, just, created)
+	backups, _, err := ownBackups(ctx, store, just, created)
 	if err != nil {
 		return nil, err
 	}
@@ -91,26 +92,34 @@ type ownBackup struct {
 }
 
 // ownBackups lists the backups at the target that are the Database's (see
-// Prune).
-func ownBackups(ctx context.Context, store storage.Store, just *Manifest, created time.Time) ([]ownBackup, error) {
+// Prune), and the errors of the manifests it could not read (whose they
+// are is not known).
+func ownBackups(ctx context.Context, store storage.Store, just *Manifest, created time.Time) ([]ownBackup, []error, error) {
 	prefix := Path(just.Namespace, just.Database, "") + "/"
 	keys, err := store.List(ctx, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("listing backups at %s: %w", store.Location(prefix), err)
+		return nil, nil, fmt.Errorf("listing backups at %s: %w", store.Location(prefix), err)
 	}
 	var backups []ownBackup
+	var unreadable []error
 	for _, k := range keys {
 		if path.Base(k) != ManifestName || path.Dir(path.Dir(k))+"/" != prefix {
 			continue
 		}
 		m, err := ReadManifest(ctx, store, path.Dir(k))
-		legacy := m != nil && m.DatabaseUID == "" && !created.IsZero() && m.StartedAt.After(created)
-		if err != nil || (m.DatabaseUID != just.DatabaseUID && !legacy) {
+		if err != nil {
+			if !errors.Is(err, ErrNoManifest) { // deleted since it was listed
+				unreadable = append(unreadable, err)
+			}
 			continue // not ours to judge; left alone
+		}
+		legacy := m.DatabaseUID == "" && !created.IsZero() && m.StartedAt.After(created)
+		if m.DatabaseUID != just.DatabaseUID && !legacy {
+			continue
 		}
 		backups = append(backups, ownBackup{name: path.Base(path.Dir(k)), m: m})
 	}
-	return backups, nil
+	return backups, unreadable, nil
 }
 
 // keeps says whether retention keeps a backup when kept newer ones are kept
@@ -141,16 +150,21 @@ func deleteBackup(ctx context.Context, store storage.Store, dir string, m *Manif
 // the first file the oldest of its kept physical backups reads, on any
 // timeline (a recovery only moves forward from there; timeline history
 // files are kept, they are small and a recovery reads all of them). It
-// deletes nothing while no physical backup is kept, or while one does not
-// record where it starts (its need is unknown). It returns how many files
+// deletes nothing while no physical backup is kept, while one does not
+// record where it starts, or while a manifest cannot be read (their needs
+// are unknown). It returns how many files
 // it deleted and the first file kept.
 func PruneArchive(ctx context.Context, store storage.Store, prefix string, just *Manifest, created time.Time) (int, string, error) {
 	if just.DatabaseUID == "" {
 		return 0, "", fmt.Errorf("archive retention needs the Database's UID (--database-uid)")
 	}
-	backups, err := ownBackups(ctx, store, just, created)
+	backups, unreadable, err := ownBackups(ctx, store, just, created)
 	if err != nil {
 		return 0, "", err
+	}
+	if len(unreadable) > 0 {
+		// It may be a kept backup's: what it needs is not known.
+		return 0, "", fmt.Errorf("the archive is kept whole: %w", errors.Join(unreadable...))
 	}
 	oldest := ""
 	for _, b := range backups {

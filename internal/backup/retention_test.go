@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -117,4 +119,55 @@ func TestPruneArchive(t *testing.T) {
 
 func writeTestFile(name, contents string) error {
 	return os.WriteFile(name, []byte(contents), 0o600)
+}
+
+// failingGet fails reading one key, as a store that answers 503 once.
+type failingGet struct {
+	storage.Store
+	key string
+}
+
+func (f failingGet) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if key == f.key {
+		return nil, errors.New("503 Slow Down")
+	}
+	return f.Store.Get(ctx, key)
+}
+
+// TestPruneArchiveKeepsAllWhenAManifestIsUnreadable: a manifest that
+// cannot be read may be a kept backup's, starting earlier than any other:
+// the archive is kept whole, and the run says so (found by a second
+// reader: the backup was skipped and the WAL it needs deleted).
+func TestPruneArchiveKeepsAllWhenAManifestIsUnreadable(t *testing.T) {
+	ctx := context.Background()
+	const prefix = "shop/orders/_wal/uid-1"
+	store := storage.NewDir(t.TempDir())
+	a := wal.Archive{Store: store, Prefix: prefix}
+	src := t.TempDir()
+	for _, name := range []string{"000000010000000000000001", "000000010000000000000002", "000000010000000000000003"} {
+		if err := writeTestFile(src+"/"+name, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Push(ctx, src+"/"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, start := range map[string]string{"old": "000000010000000000000001", "new": "000000010000000000000003"} {
+		m := Manifest{Format: FormatVersion, Namespace: "shop", Database: "orders", DatabaseUID: "uid-1", Backup: name,
+			Method: MethodPhysical, WALStart: start, CompletedAt: time.Now(),
+			Files: []File{{Name: "base.tar", Kind: KindBaseBackup, SHA256: strings.Repeat("a", 64)}}}
+		b, _ := json.Marshal(m)
+		if _, err := store.Put(ctx, Path("shop", "orders", name)+"/"+ManifestName, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flaky := failingGet{Store: store, key: Path("shop", "orders", "old") + "/" + ManifestName}
+	just := &Manifest{Namespace: "shop", Database: "orders", DatabaseUID: "uid-1", Backup: "new"}
+	n, _, err := PruneArchive(ctx, flaky, prefix, just, time.Time{})
+	if err == nil || n != 0 || !strings.Contains(err.Error(), "503") {
+		t.Errorf("pruned %d (%v), want nothing and the error", n, err)
+	}
+	if entries, _ := a.List(ctx); len(entries) != 3 {
+		t.Errorf("the archive holds %d files, want all 3", len(entries))
+	}
 }

@@ -78,7 +78,7 @@ func (r *DatabaseReconciler) reconcileDrill(ctx context.Context, db *dbv1.Databa
 	if due.IsZero() {
 		return nil
 	}
-	b := latestPhysical(obs.backups)
+	b := latestPhysical(obs.backups, p.Archiving())
 	at := metav1.NewTime(due)
 	if b == nil {
 		obs.lastScheduledVerification = &at
@@ -95,9 +95,11 @@ func (r *DatabaseReconciler) reconcileDrill(ctx context.Context, db *dbv1.Databa
 	return nil
 }
 
-// latestPhysical is the latest completed physical Backup among backups.
-func latestPhysical(backups []dbv1.Backup) *dbv1.Backup {
-	var latest *dbv1.Backup
+// latestPhysical is the latest completed physical Backup among backups:
+// of those that record the archive, when the Database archives (a drill
+// then proves the archive too).
+func latestPhysical(backups []dbv1.Backup, archiving bool) *dbv1.Backup {
+	var latest, latestArchived *dbv1.Backup
 	for i := range backups {
 		b := &backups[i]
 		if b.Status.Phase != dbv1.BackupCompleted || b.Status.Method != dbv1.BackupPhysical || b.Status.Path == "" || b.Status.CompletedAt == nil {
@@ -106,6 +108,12 @@ func latestPhysical(backups []dbv1.Backup) *dbv1.Backup {
 		if latest == nil || b.Status.CompletedAt.After(latest.Status.CompletedAt.Time) {
 			latest = b
 		}
+		if b.Status.ArchivePath != "" && (latestArchived == nil || b.Status.CompletedAt.After(latestArchived.Status.CompletedAt.Time)) {
+			latestArchived = b
+		}
+	}
+	if archiving && latestArchived != nil {
+		return latestArchived
 	}
 	return latest
 }

@@ -101,7 +101,11 @@ func ResultOf(o Options, out *Outcome, err error) backup.Result {
 		return backup.Result{Reason: backup.ReasonOf(err), Message: err.Error(), Path: o.Path}
 	}
 	m := out.Manifest
-	msg := fmt.Sprintf("recovered to %s: the replay ended at %s, promoted on timeline %d", o.Target, out.EndOfRecovery, out.Timeline)
+	to := o.Target.String()
+	if o.Archive == "" {
+		to = "the end of the base backup (no WAL archive)"
+	}
+	msg := fmt.Sprintf("recovered to %s: the replay ended at %s, promoted on timeline %d", to, out.EndOfRecovery, out.Timeline)
 	if !out.LastReplayed.IsZero() {
 		msg += ", the last transaction replayed committed at " + out.LastReplayed.UTC().Format(time.RFC3339Nano)
 	}

@@ -108,6 +108,10 @@ type Options struct {
 	// database is opened and each table's rows counted, then the copy is
 	// thrown away (DataDir is scratch). No account is changed.
 	Drill bool
+
+	// archiveEnd is what a recovery to the end must reach (read before
+	// the server starts).
+	archiveEnd *archiveEnd
 }
 
 // Outcome is what the recovery reached.
@@ -162,6 +166,11 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 	}
 	if err := checkWindow(ctx, o, m); err != nil {
 		return nil, err
+	}
+	if o.Target == (Target{}) && o.Archive != "" {
+		if o.archiveEnd, err = readArchiveEnd(ctx, o); err != nil {
+			return nil, err
+		}
 	}
 	work := o.DataDir + ".recovering"
 	if err := os.RemoveAll(work); err != nil {
@@ -428,34 +437,28 @@ func connConfig(user, sock, database string) *pgx.ConnConfig {
 // reachedEnd refuses a recovery to the end of the archive that ended
 // before it: PostgreSQL takes a segment it cannot fetch (corrupt, or
 // missing: a gap) for the end of the WAL and promotes there, quietly
-// short of what the archive holds. The replay must end on the archive's
-// latest timeline, inside or past its last segment.
+// short of what the archive holds. The replay must end inside or past the
+// archive's last segment on the line it replays (o.archiveEnd, read before
+// the server started: segments archived meanwhile do not count).
 func reachedEnd(ctx context.Context, o Options, conn *pgx.Conn, dir string, out *Outcome) error {
-	parent, end, err := switchPoint(dir, out.Timeline)
+	_, end, err := switchPoint(dir, out.Timeline)
 	if err != nil {
 		return fail(ReasonRecoveryFailed, "reading where the recovery ended: %w", err)
 	}
 	out.EndOfRecovery = end.String()
-	if o.Target != (Target{}) || o.Archive == "" {
+	if o.Target != (Target{}) || o.archiveEnd == nil {
 		return nil // the server itself says whether it met the target
-	}
-	entries, err := wal.Archive{Store: o.Store, Prefix: o.Archive}.List(ctx)
-	if err != nil {
-		return fail(backup.ReasonTargetFailed, "listing the WAL archive %s: %w", o.Store.Location(o.Archive), err)
-	}
-	last := ""
-	for _, e := range entries {
-		// Names sort by timeline, then position.
-		if len(e.Name) == 24 && e.Name > last {
-			last = e.Name
-		}
-	}
-	if last == "" {
-		return nil // nothing archived since the base backup
 	}
 	var segSize int64
 	if err := conn.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'").Scan(&segSize); err != nil {
 		return fail(ReasonRecoveryFailed, "reading the WAL segment size: %w", err)
+	}
+	last, err := o.archiveEnd.last(segSize)
+	switch {
+	case err != nil:
+		return fail(ReasonRecoveryFailed, "%w", err)
+	case last == "":
+		return nil // nothing archived since the base backup
 	}
 	timeline, start, err := segmentStart(last, segSize)
 	if err != nil {
@@ -463,13 +466,75 @@ func reachedEnd(ctx context.Context, o Options, conn *pgx.Conn, dir string, out 
 	}
 	// Past the segment's start: a segment the server read holds at least
 	// its page header and one record; ending right at its start means it
-	// read none of it. A replay that ended on a later timeline followed
-	// it past the last segment's (whose later segments are history).
-	if parent < timeline || (parent == timeline && end <= start) {
-		return fail(ReasonRecoveryFailed, "the replay ended at %s on timeline %d, short of the archive's last segment %s (%s on timeline %d): "+
-			"a segment up to it could not be fetched (the server's log says which); nothing was kept:\n%s", end, parent, last, start, timeline, tail(filepath.Join(o.Scratch, "recovery.log"), 8))
+	// read none of it. Positions only grow along the line replayed.
+	if end <= start {
+		return fail(ReasonRecoveryFailed, "the replay ended at %s, short of the archive's last segment %s (%s on timeline %d): "+
+			"a segment up to it could not be fetched (the server's log says which); nothing was kept:\n%s", end, last, start, timeline, tail(filepath.Join(o.Scratch, "recovery.log"), 8))
 	}
 	return nil
+}
+
+// archiveEnd is what a recovery to the end must reach, read from the
+// archive before the server starts (what is archived meanwhile does not
+// count): the segments archived, the latest timeline and its history.
+type archiveEnd struct {
+	segments []string
+	latest   string // 8 hex digits
+	history  string // the latest timeline's history file, if archived
+}
+
+// readArchiveEnd reads the archive's end before a recovery to it.
+func readArchiveEnd(ctx context.Context, o Options) (*archiveEnd, error) {
+	a := wal.Archive{Store: o.Store, Prefix: o.Archive}
+	entries, err := a.List(ctx)
+	if err != nil {
+		return nil, fail(backup.ReasonTargetFailed, "listing the WAL archive %s: %w", o.Store.Location(o.Archive), err)
+	}
+	end := &archiveEnd{}
+	histories := map[string]bool{}
+	for _, e := range entries {
+		switch {
+		case len(e.Name) == 24:
+			end.segments = append(end.segments, e.Name)
+		case strings.HasSuffix(e.Name, ".history"):
+			histories[e.Name] = true
+		default:
+			continue
+		}
+		end.latest = max(end.latest, e.Name[:8])
+	}
+	if history := end.latest + ".history"; histories[history] {
+		file := filepath.Join(o.Scratch, history)
+		if _, err := a.Fetch(ctx, history, file); err != nil {
+			return nil, fail(ReasonRecoveryFailed, "reading timeline %s's history from the archive: %w", end.latest, err)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fail(backup.ReasonLoadFailed, "%w", err)
+		}
+		end.history = string(b)
+	}
+	return end, nil
+}
+
+// last is the archive's last segment on the line a recovery to the end
+// replays: the latest timeline's, and before it the segments of each
+// timeline it descends from up to where that one was left (its later
+// segments are an abandoned history). "" when there is none.
+func (a *archiveEnd) last(segSize int64) (string, error) {
+	ends, err := wal.SwitchSegments(a.history, segSize)
+	if err != nil {
+		return "", fmt.Errorf("timeline %s's history: %w", a.latest, err)
+	}
+	last := ""
+	for _, name := range a.segments {
+		tli, seg := name[:8], name[8:]
+		end, ancestor := ends[tli]
+		if (tli == a.latest || ancestor && seg < end) && (last == "" || seg > last[8:]) {
+			last = name
+		}
+	}
+	return last, nil
 }
 
 // switchPoint reads the timeline history file a promotion wrote: the
@@ -510,8 +575,9 @@ func segmentStart(name string, segSize int64) (int64, engine.LSN, error) {
 }
 
 // countTables opens every database that takes connections and counts each
-// table's rows (a full read of every table: a page that cannot be read
-// fails the drill).
+// table's rows, reading every row and every value whole (a page that
+// cannot be read fails the drill). Temporary tables, whose sessions are
+// gone, are not read.
 func countTables(ctx context.Context, conn *pgx.Conn, logf func(string, ...any)) ([]TableCount, error) {
 	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datallowconn ORDER BY datname")
 	if err != nil {
@@ -545,7 +611,7 @@ func countTables(ctx context.Context, conn *pgx.Conn, logf func(string, ...any))
 
 func countIn(ctx context.Context, conn *pgx.Conn, db string) ([]TableCount, error) {
 	rows, err := conn.Query(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
+		WHERE c.relkind = 'r' AND c.relpersistence <> 't' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
 		ORDER BY 1, 2`)
 	if err != nil {
 		return nil, fail(ReasonRecoveryFailed, "listing the tables of %q: %w", db, err)
@@ -557,10 +623,18 @@ func countIn(ctx context.Context, conn *pgx.Conn, db string) ([]TableCount, erro
 	if err != nil {
 		return nil, fail(ReasonRecoveryFailed, "listing the tables of %q: %w", db, err)
 	}
+	// Every row read from the table itself, every value whole (its TOAST
+	// too): an index would answer a count without reading the rows.
+	for _, scan := range []string{"indexscan", "indexonlyscan", "bitmapscan"} {
+		if _, err := conn.Exec(ctx, "SET enable_"+scan+" = off"); err != nil {
+			return nil, fail(ReasonRecoveryFailed, "%w", err)
+		}
+	}
 	for i := range tables {
 		t := &tables[i]
-		q := "SELECT count(*) FROM " + pgx.Identifier{t.Schema, t.Table}.Sanitize()
-		if err := conn.QueryRow(ctx, q).Scan(&t.Rows); err != nil {
+		q := "SELECT count(*), coalesce(sum(octet_length(t::text)), 0) FROM ONLY " + pgx.Identifier{t.Schema, t.Table}.Sanitize() + " t"
+		var size int64
+		if err := conn.QueryRow(ctx, q).Scan(&t.Rows, &size); err != nil {
 			return nil, fail(ReasonRecoveryFailed, "reading table %s.%s.%s: %w", db, t.Schema, t.Table, err)
 		}
 	}

@@ -40,3 +40,28 @@ func TestSwitchPoint(t *testing.T) {
 		t.Error("a missing history file was read")
 	}
 }
+
+// TestArchiveEndFollowsTheLatestLine: the segment a recovery to the end
+// must reach is the latest timeline's last, or, while it has none yet, the
+// last of the timeline it left at its switch point; an abandoned
+// timeline's later segments do not count (found by a second reader: a
+// replay short on timeline 1 passed once timeline 2's history was
+// archived).
+func TestArchiveEndFollowsTheLatestLine(t *testing.T) {
+	history := "1\t0/40800000\tno recovery target specified\n"
+	for name, c := range map[string]struct {
+		a    archiveEnd
+		want string
+	}{
+		"one timeline": {archiveEnd{segments: []string{"000000010000000000000003", "000000010000000000000004"}, latest: "00000001"}, "000000010000000000000004"},
+		"the new timeline's segments": {archiveEnd{segments: []string{"00000001000000000000003F", "000000010000000000000040",
+			"000000010000000000000041", "000000020000000000000040", "000000020000000000000042"}, latest: "00000002", history: history}, "000000020000000000000042"},
+		"only its history archived yet": {archiveEnd{segments: []string{"00000001000000000000003E", "00000001000000000000003F",
+			"000000010000000000000040", "000000010000000000000041"}, latest: "00000002", history: history}, "00000001000000000000003F"},
+		"nothing": {archiveEnd{latest: "00000001"}, ""},
+	} {
+		if got, err := c.a.last(16 << 20); err != nil || got != c.want {
+			t.Errorf("%s: %q (%v), want %q", name, got, err, c.want)
+		}
+	}
+}

@@ -22,10 +22,12 @@ import (
 var segmentFile = regexp.MustCompile(`^[0-9A-F]{24}$`)
 
 // Backlog lists the WAL segments in dataDir's pg_wal that a promotion left
-// unarchived: every complete segment of the timelines before the current
-// one (named by the newest timeline history file), that is every segment
-// before the one holding the switch point. segSize is wal_segment_size.
-// Nothing when the server never changed timeline.
+// unarchived: of each timeline the current one (named by the newest
+// timeline history file) descends from, the complete segments before the
+// one holding its switch point (that one is partial on the old timeline:
+// the next timeline's copy holds it). Segments of timelines off that line
+// are not its history. segSize is wal_segment_size. Nothing when the
+// server never changed timeline.
 func Backlog(dataDir string, segSize int64) ([]string, error) {
 	if segSize <= 0 {
 		return nil, fmt.Errorf("WAL segment size %d", segSize)
@@ -53,29 +55,46 @@ func Backlog(dataDir string, segSize int64) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	fields := strings.Fields(lines[len(lines)-1])
-	if len(fields) < 2 {
-		return nil, fmt.Errorf("%s ends with %q", latest, lines[len(lines)-1])
+	ends, err := SwitchSegments(string(b), segSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", latest, err)
 	}
-	hi, lo, ok := strings.Cut(fields[1], "/")
-	h, herr := strconv.ParseUint(hi, 16, 32)
-	l, lerr := strconv.ParseUint(lo, 16, 32)
-	if !ok || herr != nil || lerr != nil {
-		return nil, fmt.Errorf("%s: switch point %q", latest, fields[1])
-	}
-	switchAt := h<<32 | l
-	perLog := uint64(1<<32) / uint64(segSize)
-	bound := fmt.Sprintf("%08X%08X", switchAt/uint64(segSize)/perLog, switchAt/uint64(segSize)%perLog)
-	current := strings.TrimSuffix(latest, ".history")
 	var out []string
 	for _, s := range segments {
-		if s[:8] < current && s[8:] < bound {
+		if end, ok := ends[s[:8]]; ok && s[8:] < end {
 			out = append(out, s)
 		}
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// SwitchSegments reads a timeline history file: for each timeline the
+// current one descends from (8 hex digits, as in segment names), the
+// segment (16 hex digits: log and segment numbers) holding the point where
+// it was left.
+func SwitchSegments(history string, segSize int64) (map[string]string, error) {
+	ends := map[string]string{}
+	perLog := uint64(1<<32) / uint64(segSize)
+	for _, line := range strings.Split(history, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		tli, err := strconv.ParseUint(fields[0], 10, 32)
+		if err != nil || len(fields) < 2 {
+			return nil, fmt.Errorf("history line %q", line)
+		}
+		hi, lo, ok := strings.Cut(fields[1], "/")
+		h, herr := strconv.ParseUint(hi, 16, 32)
+		l, lerr := strconv.ParseUint(lo, 16, 32)
+		if !ok || herr != nil || lerr != nil {
+			return nil, fmt.Errorf("switch point %q", fields[1])
+		}
+		seg := (h<<32 | l) / uint64(segSize)
+		ends[fmt.Sprintf("%08X", tli)] = fmt.Sprintf("%08X%08X", seg/perLog, seg%perLog)
+	}
+	return ends, nil
 }
 
 // MarkBacklog has the server archive its Backlog itself: each segment's

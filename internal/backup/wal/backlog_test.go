@@ -71,3 +71,32 @@ func TestBacklog(t *testing.T) {
 		t.Errorf("backlog without a promotion %v (%v)", got, err)
 	}
 }
+
+// TestBacklogStopsEachTimelineAtItsSwitch: a replica that followed a
+// switch from timeline 1 to 2 inside segment 0x40 holds timeline 1's
+// partial segment 0x40 (and a later one, left from before) under full
+// names; promoted later to timeline 3, those are not history to archive
+// (their archived copies, if any, differ): only timeline 1 before 0x40
+// and timeline 2 before its own switch (found by a second reader).
+func TestBacklogStopsEachTimelineAtItsSwitch(t *testing.T) {
+	dir := t.TempDir()
+	wal := filepath.Join(dir, "pg_wal")
+	if err := os.Mkdir(wal, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"00000001000000000000003F", "000000010000000000000040", "000000010000000000000041",
+		"000000020000000000000040", "000000020000000000000043", "000000020000000000000044", "000000030000000000000044"} {
+		if err := os.WriteFile(filepath.Join(wal, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	history := "1\t0/40800000\tno recovery target specified\n\n2\t0/44800000\tno recovery target specified\n"
+	if err := os.WriteFile(filepath.Join(wal, "00000003.history"), []byte(history), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Backlog(dir, 16<<20)
+	want := []string{"00000001000000000000003F", "000000020000000000000040", "000000020000000000000043"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("backlog %v (%v), want %v", got, err, want)
+	}
+}

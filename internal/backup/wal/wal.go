@@ -203,6 +203,9 @@ func (a Archive) List(ctx context.Context) ([]Entry, error) {
 			continue
 		}
 		e, err := a.Entry(ctx, name)
+		if errors.Is(err, ErrNotArchived) {
+			continue // pruned since it was listed
+		}
 		if err != nil {
 			return nil, err
 		}
