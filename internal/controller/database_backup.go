@@ -43,6 +43,20 @@ func dueRun(s cron.Schedule, last, now time.Time) (due, next time.Time) {
 	return due, s.Next(now)
 }
 
+// dueSince is the latest time of sched that came since last (the
+// Database's creation before the first run), zero when none came; the
+// next reconcile comes at the next one.
+func (r *DatabaseReconciler) dueSince(sched cron.Schedule, db *dbv1.Database, last *metav1.Time, obs *observed) time.Time {
+	now := r.now()
+	from := db.CreationTimestamp.Time
+	if last != nil {
+		from = last.Time
+	}
+	due, next := dueRun(sched, from, now)
+	obs.requeueWithin(next.Sub(now))
+	return due
+}
+
 // scheduledBackupName names the Backup of a schedule time: the same name
 // for the same run, so a retried reconcile never takes two backups.
 func scheduledBackupName(db *dbv1.Database, at time.Time) string {
@@ -67,13 +81,7 @@ func (r *DatabaseReconciler) reconcileBackupSchedule(ctx context.Context, db *db
 	if err != nil {
 		return fmt.Errorf("spec.backup.schedule %q: %w", p.Schedule, err)
 	}
-	now := r.now()
-	last := db.CreationTimestamp.Time
-	if db.Status.LastScheduledBackup != nil {
-		last = db.Status.LastScheduledBackup.Time
-	}
-	due, next := dueRun(sched, last, now)
-	obs.requeueWithin(next.Sub(now))
+	due := r.dueSince(sched, db, db.Status.LastScheduledBackup, obs)
 	if due.IsZero() {
 		return nil
 	}

@@ -68,13 +68,7 @@ func (r *DatabaseReconciler) reconcileDrill(ctx context.Context, db *dbv1.Databa
 	if err != nil {
 		return fmt.Errorf("spec.backup.verify.schedule %q: %w", p.Verify.Schedule, err)
 	}
-	now := r.now()
-	last := db.CreationTimestamp.Time
-	if db.Status.LastScheduledVerification != nil {
-		last = db.Status.LastScheduledVerification.Time
-	}
-	due, next := dueRun(sched, last, now)
-	obs.requeueWithin(next.Sub(now))
+	due := r.dueSince(sched, db, db.Status.LastScheduledVerification, obs)
 	if due.IsZero() {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/jackc/pgx/v5"
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent"
@@ -362,15 +363,7 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		if !strings.Contains(r.out, "wal-fetch: restored "+last) {
 			t.Errorf("the recovery did not fetch %s through wal-fetch:\n%s", last, r.out)
 		}
-		restored := testservers.PostgresOnData(t, "restored-0", r.pgdata, false, testservers.PostgresOptions{})
-		restored.Restart(t)
-		waitPromoted(t, ctx, restored)
-		rc := pgConn(t, ctx, restored, "postgres")
-		defer rc.Close(ctx)
-		ids, err := pitrcheck.Rows(ctx, rc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		restored, rc, ids := startRecovered(t, ctx, r, "restored-0")
 		lost, leaked := pitrcheck.Judge(writes, ids, target)
 		if lost > 0 || leaked > 0 {
 			t.Errorf("restored to T: %d writes acknowledged before T missing, %d sent after T present (of %d rows)", lost, leaked, len(ids))
@@ -511,19 +504,27 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 		if r.err != nil || !r.result.Succeeded {
 			t.Fatalf("recover from the backup kept: %v, result %+v\n%s", r.err, r.result, r.out)
 		}
-		restored := testservers.PostgresOnData(t, "kept-0", r.pgdata, false, testservers.PostgresOptions{})
-		restored.Restart(t)
-		waitPromoted(t, ctx, restored)
-		rc := pgConn(t, ctx, restored, "postgres")
-		defer rc.Close(ctx)
-		ids, err := pitrcheck.Rows(ctx, rc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, _, ids := startRecovered(t, ctx, r, "kept-0")
 		if lost, leaked := pitrcheck.Judge(writes, ids, target); lost > 0 || leaked > 0 {
 			t.Errorf("restored from the backup kept: %d writes acknowledged before T missing, %d sent after T present", lost, leaked)
 		}
 	})
+}
+
+// startRecovered starts a server on a recovery's data directory, as the
+// new Database's first pod would, and reads the writer's rows from it.
+func startRecovered(t *testing.T, ctx context.Context, r recoverRun, pod string) (*testservers.Postgres, *pgx.Conn, []int64) {
+	t.Helper()
+	restored := testservers.PostgresOnData(t, pod, r.pgdata, false, testservers.PostgresOptions{})
+	restored.Restart(t)
+	waitPromoted(t, ctx, restored)
+	c := pgConn(t, ctx, restored, "postgres")
+	t.Cleanup(func() { c.Close(context.Background()) })
+	ids, err := pitrcheck.Rows(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restored, c, ids
 }
 
 // mustHex parses a WAL file name's log and segment numbers as one number
@@ -686,15 +687,7 @@ func TestArchiveAcrossFailover(t *testing.T) {
 		t.Fatalf("recovery to the end across the failover: %v, result %+v\n%s", r.err, r.result, r.out)
 	}
 	t.Logf("recovered: %s", r.result.Message)
-	restored := testservers.PostgresOnData(t, "after-0", r.pgdata, false, testservers.PostgresOptions{})
-	restored.Restart(t)
-	waitPromoted(t, ctx, restored)
-	ac := pgConn(t, ctx, restored, "postgres")
-	defer ac.Close(ctx)
-	ids, err := pitrcheck.Rows(ctx, ac)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, ids := startRecovered(t, ctx, r, "after-0")
 	if lost, _ := pitrcheck.Judge(writes, ids, time.Now()); lost > 0 {
 		t.Errorf("%d acknowledged writes missing after a recovery to the end (of %d)", lost, len(writes))
 	}
