@@ -201,7 +201,7 @@ func TestPointInTimeRecovery(t *testing.T) {
 
 	// The source's machine is lost under writes, and the Database deleted
 	// with its volumes: the latest moment the archive holds is recovered.
-	lost, point := p.recoveryPoint("base", "pitr-latest", 4*time.Second)
+	lost, point, _ := p.recoveryPoint("base", "pitr-latest", 4*time.Second)
 	t.Logf("recovery point after losing every instance and its volume (4 s of writes, archive timeout 10 s): %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged",
 		lost, point.Round(time.Millisecond))
 }
@@ -213,8 +213,9 @@ func TestPointInTimeRecovery(t *testing.T) {
 // writeFor before the loss. It returns the
 // acknowledged writes lost and the recovery point (how long before the
 // last acknowledged write the last recovered one was acknowledged). The
-// recovered writes must be a prefix of the acknowledged ones.
-func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) (int, time.Duration) {
+// recovered writes must be a prefix of the acknowledged ones. It also
+// returns the Restored condition's message (the unpack and replay rates).
+func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) (int, time.Duration, string) {
 	t := p.t
 	t.Helper()
 	ctx := context.Background()
@@ -238,7 +239,9 @@ func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) 
 	})
 	restored = waitRunning(t, restored, 1, 6*time.Minute)
 	t.Logf("%s recovered to the end of the archive and running %s after its creation", name, time.Since(start).Round(time.Second))
+	restoredMsg := ""
 	if c := meta.FindStatusCondition(k8sDatabase(t, restored).Status.Conditions, dbv1.ConditionRestored); c != nil {
+		restoredMsg = c.Message
 		t.Logf("%s: %s", name, c.Message) // the restore and replay rates
 	}
 	user, password := credentials(t, restored)
@@ -250,7 +253,7 @@ func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) 
 	if holes > 0 {
 		t.Errorf("the recovery holds %d rows but misses %d writes acknowledged before the last of them", len(ids), holes)
 	}
-	return lost, point
+	return lost, point, restoredMsg
 }
 
 // TestPointInTimeRecoveryAcrossTimelines (full tier): the base backup is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -186,17 +187,34 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // its primary's machine lost after 25 s of writes and the Database deleted with its
 // volumes, the latest moment recovered into a new Database. It prints the
 // acknowledged writes lost and the recovery point per run and their p50/max.
+// restoreRates reads the recover program's rates from its result.
+var restoreRates = regexp.MustCompile(`unpacked [0-9.]+ MB in [^ ]+ \(([0-9.]+) MB/s\), replayed [0-9.]+ MB of WAL in [^ ]+ \(([0-9.]+) MB/s\)`)
+
 func BenchmarkRecoveryPoint(b *testing.B) {
 	var points []time.Duration
 	var lost []int
+	var unpack, replay []float64
 	for i := 0; i < b.N; i++ {
 		p := newPITRSource(b, fmt.Sprintf("rpo%d", i), 1)
 		p.backup("base")
 		// Writes for longer than the archive timeout: the figure is the
 		// archiving's, not the writer's.
-		n, point := p.recoveryPoint("base", fmt.Sprintf("rpo%d-latest", i), 25*time.Second)
+		n, point, msg := p.recoveryPoint("base", fmt.Sprintf("rpo%d-latest", i), 25*time.Second)
 		b.Logf("run %d: %d acknowledged writes lost, recovery point %s", i+1, n, point.Round(time.Millisecond))
 		points, lost = append(points, point), append(lost, n)
+		if m := restoreRates.FindStringSubmatch(msg); m != nil {
+			u, _ := strconv.ParseFloat(m[1], 64)
+			r, _ := strconv.ParseFloat(m[2], 64)
+			unpack, replay = append(unpack, u), append(replay, r)
+		}
+	}
+	if len(unpack) > 0 {
+		slices.Sort(unpack)
+		slices.Sort(replay)
+		b.ReportMetric(unpack[len(unpack)/2], "unpack-MB/s-p50")
+		b.ReportMetric(replay[len(replay)/2], "replay-MB/s-p50")
+		fmt.Printf("restore over %d runs: base backup checked and unpacked at p50 %.1f MB/s (min %.1f), WAL replayed at p50 %.1f MB/s (min %.1f)\n",
+			len(unpack), unpack[len(unpack)/2], unpack[0], replay[len(replay)/2], replay[0])
 	}
 	slices.Sort(points)
 	slices.Sort(lost)
