@@ -395,6 +395,14 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 	// A restore drill replays the whole archive into a copy, opens every
 	// database, counts each table's rows and deletes the copy.
 	t.Run("a drill", func(t *testing.T) {
+		// A session's temporary table, open while the archive ends: the
+		// copy has its catalog entry and none of its data.
+		tc := pgConn(t, ctx, src, "postgres")
+		defer tc.Close(ctx)
+		if _, err := tc.Exec(ctx, "CREATE TEMP TABLE scratch AS SELECT generate_series(1, 1000) AS i"); err != nil {
+			t.Fatal(err)
+		}
+		switchAndArchive(t, ctx, src)
 		var rows int64
 		if err := pgConn(t, ctx, src, "postgres").QueryRow(ctx, "SELECT count(*) FROM events").Scan(&rows); err != nil {
 			t.Fatal(err)
