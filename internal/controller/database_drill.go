@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -168,6 +169,10 @@ func (r *DatabaseReconciler) observeDrill(ctx context.Context, db *dbv1.Database
 	}
 	if !metav1.IsControlledBy(job, db) {
 		return nil
+	}
+	if c := meta.FindStatusCondition(db.Status.Conditions, dbv1.ConditionBackupVerified); c != nil &&
+		c.Status != metav1.ConditionUnknown && strings.HasPrefix(c.Message, "restore drill "+name+" ") {
+		return nil // its outcome is recorded: its pod is not read again at every reconcile
 	}
 	out, err := readJobOutcome(ctx, r.APIReader, job, componentDrill, "restore drill", r.now())
 	if err != nil {
