@@ -19,6 +19,7 @@ import (
 	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/engine"
 )
@@ -65,6 +66,12 @@ func (s Server) mysqlConnArgs() []string {
 		args = append(args, "--ssl", "--ssl-ca="+s.CAFile, "--ssl-verify-server-cert")
 	}
 	return args
+}
+
+// BinlogClient is the MariaDB client's connection to s, through which
+// archived binary logs are replayed into it (binlog.Replay).
+func (s Server) BinlogClient() binlog.Client {
+	return binlog.Client{Command: engine.ProfileOf(s.Engine).Client, Args: s.mysqlConnArgs(), Env: clientEnv(s)}
 }
 
 // Options describe one backup.

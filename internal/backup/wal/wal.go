@@ -40,6 +40,9 @@ type Entry struct {
 	Size     int64     `json:"size"`
 	SHA256   string    `json:"sha256"`
 	Archived time.Time `json:"archived"`
+	// Info is what the archiver knows of the file's contents (a binary
+	// log's GTIDs and times: package binlog); none for WAL.
+	Info json.RawMessage `json:"info,omitempty"`
 }
 
 var (
@@ -63,13 +66,24 @@ var walName = regexp.MustCompile(`^([0-9A-F]{24}(\.partial|\.[0-9A-F]{8}\.backup
 func ValidName(name string) bool { return walName.MatchString(name) }
 
 // Archive is a Database's WAL archive: the files under Prefix in Store.
+// Package binlog keeps MariaDB's binary logs in one too (Names).
 type Archive struct {
 	Store  storage.Store
 	Prefix string // e.g. <namespace>/<database>/wal
 	Now    func() time.Time
+	// Names says which file names the archive holds (default ValidName:
+	// PostgreSQL's WAL files); anything else under Prefix is not listed.
+	Names func(string) bool
 }
 
 func (a Archive) key(name string) string { return path.Join(a.Prefix, name) }
+
+func (a Archive) valid(name string) bool {
+	if a.Names != nil {
+		return a.Names(name)
+	}
+	return ValidName(name)
+}
 
 func (a Archive) now() time.Time {
 	if a.Now != nil {
@@ -81,9 +95,14 @@ func (a Archive) now() time.Time {
 // Push archives the file at file (the server's %p). It returns the entry,
 // the existing one when the same contents were archived before.
 func (a Archive) Push(ctx context.Context, file string) (Entry, error) {
+	return a.PushInfo(ctx, file, nil)
+}
+
+// PushInfo is Push recording info (JSON) in the file's entry.
+func (a Archive) PushInfo(ctx context.Context, file string, info any) (Entry, error) {
 	name := filepath.Base(file)
-	if !ValidName(name) {
-		return Entry{}, fmt.Errorf("%q is not a WAL file name", name)
+	if !a.valid(name) {
+		return Entry{}, fmt.Errorf("%q is not the name of a file this archive holds", name)
 	}
 	sum, size, err := checksumFile(file)
 	if err != nil {
@@ -114,6 +133,11 @@ func (a Archive) Push(ctx context.Context, file string) (Entry, error) {
 		return Entry{}, fmt.Errorf("archiving %s: it changed while it was read (%d bytes, sha256 %s, then %d bytes, sha256 %s)", name, size, sum, n, got)
 	}
 	e := Entry{Name: name, Size: size, SHA256: sum, Archived: a.now().UTC()}
+	if info != nil {
+		if e.Info, err = json.Marshal(info); err != nil {
+			return Entry{}, err
+		}
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
 		return Entry{}, err
@@ -148,8 +172,8 @@ func (a Archive) Entry(ctx context.Context, name string) (Entry, error) {
 // Fetch writes the archived file name to dest (the server's %f and %p),
 // verified against its entry first: a corrupt file never reaches dest.
 func (a Archive) Fetch(ctx context.Context, name, dest string) (Entry, error) {
-	if !ValidName(name) {
-		return Entry{}, fmt.Errorf("%q is not a WAL file name", name)
+	if !a.valid(name) {
+		return Entry{}, fmt.Errorf("%q is not the name of a file this archive holds", name)
 	}
 	e, err := a.Entry(ctx, name)
 	if err != nil {
@@ -199,8 +223,8 @@ func (a Archive) List(ctx context.Context) ([]Entry, error) {
 	var out []Entry
 	for _, k := range keys {
 		name, ok := strings.CutSuffix(path.Base(k), entrySuffix)
-		if !ok || !ValidName(name) {
-			continue
+		if !ok || !a.valid(name) || path.Dir(k) != path.Clean(a.Prefix) {
+			continue // not an entry, or one of an archive nested below
 		}
 		e, err := a.Entry(ctx, name)
 		if errors.Is(err, ErrNotArchived) {

@@ -30,6 +30,15 @@ type Writer struct {
 // Start starts a writer on conn; errorf reports a failed insert (the
 // writer then stops).
 func Start(ctx context.Context, conn *pgx.Conn, errorf func(format string, args ...any)) *Writer {
+	return StartFunc(ctx, func(ctx context.Context) (id int64, err error) {
+		err = conn.QueryRow(ctx, "INSERT INTO events DEFAULT VALUES RETURNING id").Scan(&id)
+		return id, err
+	}, errorf)
+}
+
+// StartFunc starts a writer calling insert, which inserts one row in its
+// own transaction and returns its id (MariaDB's writers).
+func StartFunc(ctx context.Context, insert func(context.Context) (int64, error), errorf func(format string, args ...any)) *Writer {
 	w := &Writer{halt: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -40,7 +49,8 @@ func Start(ctx context.Context, conn *pgx.Conn, errorf func(format string, args 
 			default:
 			}
 			wr := Write{Sent: time.Now()}
-			if err := conn.QueryRow(ctx, "INSERT INTO events DEFAULT VALUES RETURNING id").Scan(&wr.ID); err != nil {
+			var err error
+			if wr.ID, err = insert(ctx); err != nil {
 				if ctx.Err() == nil {
 					errorf("writer: %v", err)
 				}

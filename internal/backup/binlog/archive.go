@@ -1,0 +1,202 @@
+package binlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/backup/wal"
+)
+
+// Archive is a Database's binary log archive: under Prefix, one directory
+// per source (one server's binary log, from the data directory it was
+// started in: file names restart with every server, so they would
+// collide), each file with its entry (wal.Archive: size, checksum, and the
+// file's Info).
+type Archive struct {
+	Store  storage.Store
+	Prefix string // Prefix(namespace, database, uid)
+	Now    func() time.Time
+}
+
+// Prefix is where a Database's binary log archive lives in its backup
+// target: beside its backups under a name no Backup can have, apart for
+// each incarnation of the Database (its UID), as the WAL archive.
+func Prefix(namespace, database, uid string) string {
+	return path.Join(namespace, database, "_binlog", uid)
+}
+
+// names the server gives its binary log files (log-bin basename, a dot,
+// six or more digits); the index file is not archived.
+var fileName = regexp.MustCompile(`^[A-Za-z0-9_-]+\.[0-9]{6,}$`)
+
+// ValidName reports whether name is a binary log file's name.
+func ValidName(name string) bool { return fileName.MatchString(name) }
+
+var sourceName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,100}[a-z0-9])?$`)
+
+func (a Archive) source(source string) (wal.Archive, error) {
+	if !sourceName.MatchString(source) {
+		return wal.Archive{}, fmt.Errorf("%q is not a binary log source name (lower-case letters, digits, dots and dashes)", source)
+	}
+	return wal.Archive{Store: a.Store, Prefix: path.Join(a.Prefix, source), Now: a.Now, Names: ValidName}, nil
+}
+
+// File is one archived binary log file.
+type File struct {
+	Source string
+	wal.Entry
+	Info Info
+}
+
+func (f File) String() string { return f.Source + "/" + f.Name }
+
+// Push archives the binary log file at file, which the server must have
+// closed, for source. Pushing the same contents again is accepted;
+// other contents under the same name are refused (wal.ErrConflict).
+func (a Archive) Push(ctx context.Context, source, file string) (File, error) {
+	arch, err := a.source(source)
+	if err != nil {
+		return File{}, err
+	}
+	info, err := ScanFile(file)
+	if err != nil {
+		return File{}, err
+	}
+	if !info.Closed {
+		return File{}, fmt.Errorf("%s: the server has not closed it: only a finished binary log is archived", filepath.Base(file))
+	}
+	e, err := arch.PushInfo(ctx, file, info)
+	if err != nil {
+		return File{}, err
+	}
+	return File{Source: source, Entry: e, Info: info}, nil
+}
+
+// List returns every archived file, by source and, within a source, in the
+// server's order.
+func (a Archive) List(ctx context.Context) (map[string][]File, error) {
+	keys, err := a.Store.List(ctx, a.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	sources := map[string]bool{}
+	for _, k := range keys {
+		rel, ok := strings.CutPrefix(k, path.Clean(a.Prefix)+"/")
+		if dir, _, nested := strings.Cut(rel, "/"); ok && nested && sourceName.MatchString(dir) {
+			sources[dir] = true
+		}
+	}
+	out := map[string][]File{}
+	for source := range sources {
+		arch, _ := a.source(source)
+		entries, err := arch.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			var info Info
+			if err := json.Unmarshal(e.Info, &info); err != nil {
+				return nil, fmt.Errorf("%s: its archive entry holds no readable binary log info: %w", a.Store.Location(path.Join(arch.Prefix, e.Name)), err)
+			}
+			out[source] = append(out[source], File{Source: source, Entry: e, Info: info})
+		}
+		sort.Slice(out[source], func(i, j int) bool { return logNumber(out[source][i].Name) < logNumber(out[source][j].Name) })
+	}
+	return out, nil
+}
+
+// logNumber is the sequence number of a binary log file's name, zero-padded
+// so that names compare in the server's order past 999999.
+func logNumber(name string) string {
+	n := name[strings.LastIndex(name, ".")+1:]
+	return strings.Repeat("0", max(0, 20-len(n))) + n
+}
+
+// Fetch writes the archived file f to dest, verified twice: its checksum
+// against the entry, then every event's own checksum.
+func (a Archive) Fetch(ctx context.Context, f File, dest string) error {
+	arch, err := a.source(f.Source)
+	if err != nil {
+		return err
+	}
+	if _, err := arch.Fetch(ctx, f.Name, dest); err != nil {
+		return err
+	}
+	if _, err := ScanFile(dest); err != nil {
+		return fmt.Errorf("%w: %w", wal.ErrCorrupt, err)
+	}
+	return nil
+}
+
+// ErrNoChain is wrapped by Chain's error when no source's archive reaches
+// from the base backup's position to the target.
+var ErrNoChain = errors.New("the archive holds no unbroken binary log from the backup's position")
+
+// Chain picks the files to replay after from (a base backup's GTID
+// position): one source's consecutive files, the first beginning at or
+// before from, each beginning where the one before ended. Of the sources
+// that have such a run, it takes the one reaching furthest (the latest
+// primary: with log_slave_updates every server's binary log holds the
+// transactions it replicated too, so the newest primary's covers the
+// others' from the moment it was created).
+func Chain(files map[string][]File, from Position) ([]File, error) {
+	var best []File
+	var why []string
+	for source, fs := range files {
+		start := -1
+		for i, f := range fs {
+			if from.Covers(f.Info.Start) {
+				start = i // the latest file beginning at or before from
+			}
+		}
+		if start < 0 {
+			if len(fs) > 0 {
+				why = append(why, fmt.Sprintf("%s begins at %s, after it", source, fs[0].Info.Start))
+			}
+			continue
+		}
+		run := []File{fs[start]}
+		for _, f := range fs[start+1:] {
+			if !samePosition(f.Info.Start, run[len(run)-1].Info.End) {
+				why = append(why, fmt.Sprintf("%s has a gap before %s (%s ends at %s, %s begins at %s)", source, f.Name,
+					run[len(run)-1].Name, run[len(run)-1].Info.End, f.Name, f.Info.Start))
+				break
+			}
+			run = append(run, f)
+		}
+		if !run[len(run)-1].Info.End.Covers(from) {
+			continue // ends before the backup: a server that stopped early
+		}
+		if best == nil || later(run[len(run)-1], best[len(best)-1]) {
+			best = run
+		}
+	}
+	if best == nil {
+		if len(why) == 0 {
+			why = []string{"no archived file reaches it"}
+		}
+		sort.Strings(why)
+		return nil, fmt.Errorf("%w %s: %s", ErrNoChain, from, strings.Join(why, "; "))
+	}
+	return best, nil
+}
+
+// later orders two runs' last files: the one whose end covers the other's
+// and more, else the one closed later.
+func later(a, b File) bool {
+	if a.Info.End.Covers(b.Info.End) != b.Info.End.Covers(a.Info.End) {
+		return a.Info.End.Covers(b.Info.End)
+	}
+	return a.Info.Closed && a.Info.ClosedAt.After(b.Info.ClosedAt)
+}
+
+func samePosition(a, b Position) bool { return a.Covers(b) && b.Covers(a) }

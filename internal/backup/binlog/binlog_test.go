@@ -1,0 +1,296 @@
+package binlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"example.com/database-operator/internal/backup/storage"
+)
+
+// event encodes one binary log event with its CRC32.
+func event(when uint32, typ byte, server uint32, flags uint16, body []byte) []byte {
+	size := headerLen + len(body) + 4
+	ev := make([]byte, headerLen, size)
+	binary.LittleEndian.PutUint32(ev[0:], when)
+	ev[4] = typ
+	binary.LittleEndian.PutUint32(ev[5:], server)
+	binary.LittleEndian.PutUint32(ev[9:], uint32(size))
+	binary.LittleEndian.PutUint16(ev[17:], flags)
+	ev = append(ev, body...)
+	return binary.LittleEndian.AppendUint32(ev, crc32.ChecksumIEEE(ev))
+}
+
+func fde(when uint32, inUse bool) []byte {
+	body := make([]byte, 2+50+4+1+5) // version, server version, created, header length, post-headers
+	body = append(body, checksumCRC32)
+	var flags uint16
+	if inUse {
+		flags = logEventBinlogInUse
+	}
+	// The checksum algorithm byte is the body's last before the CRC.
+	return event(when, formatDescriptionEvent, 1, flags, body)
+}
+
+func gtidListBody(gs ...GTID) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, uint32(len(gs)))
+	for _, g := range gs {
+		b = binary.LittleEndian.AppendUint32(b, g.Domain)
+		b = binary.LittleEndian.AppendUint32(b, g.Server)
+		b = binary.LittleEndian.AppendUint64(b, g.Sequence)
+	}
+	return b
+}
+
+func gtidBody(seq uint64, domain uint32) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, seq)
+	b = binary.LittleEndian.AppendUint32(b, domain)
+	return append(b, 0)
+}
+
+// file is a binary log beginning after start, holding transactions
+// seq from..to of domain 0 by server 7, closed unless open.
+func file(start Position, from, to uint64, open bool) []byte {
+	var gs []GTID
+	for _, g := range start {
+		gs = append(gs, g)
+	}
+	b := append([]byte(nil), magic...)
+	b = append(b, fde(1000, open)...)
+	b = append(b, event(1000, gtidListEvent, 7, 0, gtidListBody(gs...))...)
+	for s := from; s <= to && from > 0; s++ {
+		b = append(b, event(1000+uint32(s), gtidEvent, 7, 0, gtidBody(s, 0))...)
+		b = append(b, event(1000+uint32(s), 2, 7, 0, []byte("BEGIN; INSERT ...; COMMIT"))...)
+	}
+	if !open {
+		b = append(b, event(2000, rotateEvent, 7, 0, []byte("binlog.000009"))...)
+	}
+	return b
+}
+
+func pos(t *testing.T, s string) Position {
+	t.Helper()
+	p, err := ParsePosition(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestScan(t *testing.T) {
+	b := file(Position{0: {0, 7, 4}, 1: {1, 3, 9}}, 5, 8, false)
+	info, err := Scan(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Start.String() != "0-7-4,1-3-9" || info.End.String() != "0-7-8,1-3-9" || info.Transactions != 4 || !info.Closed || info.Size != int64(len(b)) {
+		t.Errorf("scanned %+v", info)
+	}
+	if !info.First.Equal(time.Unix(1005, 0)) || !info.Last.Equal(time.Unix(1008, 0)) || !info.ClosedAt.Equal(time.Unix(2000, 0)) {
+		t.Errorf("times %s %s %s", info.First, info.Last, info.ClosedAt)
+	}
+
+	open := file(Position{}, 1, 3, true)
+	if info, err := Scan(bytes.NewReader(open)); err != nil || info.Closed {
+		t.Errorf("a file in use: %+v %v", info, err)
+	}
+	// The file the server writes may end in half an event: read as far
+	// as it is whole; a finished file may not.
+	if _, err := Scan(bytes.NewReader(open[:len(open)-5])); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a truncated file: %v", err)
+	}
+	if info, err := scan(bytes.NewReader(open[:len(open)-5]), true); err != nil || info.Transactions != 3 {
+		t.Errorf("the whole part of a file in use: %+v %v", info, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"a flipped byte", func() []byte { c := bytes.Clone(b); c[len(c)/2] ^= 1; return c }()},
+		{"no header", b[4:]},
+		{"an event size past the end", func() []byte { c := bytes.Clone(b); binary.LittleEndian.PutUint32(c[len(magic)+9:], 1<<31); return c }()},
+		{"no format description", append(append([]byte(nil), magic...), event(1, gtidEvent, 1, 0, gtidBody(1, 0))...)},
+	} {
+		if _, err := Scan(bytes.NewReader(tc.b)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
+		}
+	}
+}
+
+func TestPosition(t *testing.T) {
+	p := pos(t, " 1-2-30, 0-1001-57 ")
+	if p.String() != "0-1001-57,1-2-30" {
+		t.Errorf("%s", p)
+	}
+	if !p.Covers(pos(t, "0-5-57")) || p.Covers(pos(t, "0-5-58")) || p.Covers(pos(t, "2-1-1")) || !p.Covers(Position{}) {
+		t.Error("Covers")
+	}
+	for _, bad := range []string{"0-1", "a-b-c", "0-1-2,0-1-3", "0-1-2-3"} {
+		if _, err := ParsePosition(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if p, err := ParsePosition(""); err != nil || len(p) != 0 {
+		t.Errorf("the empty position: %v %v", p, err)
+	}
+}
+
+func archived(source, name string, start, end string, closed int64) File {
+	s, _ := ParsePosition(start)
+	e, _ := ParsePosition(end)
+	f := File{Source: source, Info: Info{Start: s, End: e, Closed: true, ClosedAt: time.Unix(closed, 0)}}
+	f.Name = name
+	return f
+}
+
+func names(fs []File) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.String())
+	}
+	return strings.Join(out, " ")
+}
+
+func TestChain(t *testing.T) {
+	// a: the first primary; b: its replica, promoted at 0-1-20 (its
+	// files hold a's transactions too, log_slave_updates).
+	files := map[string][]File{
+		"a": {archived("a", "binlog.000001", "", "0-1-10", 100), archived("a", "binlog.000002", "0-1-10", "0-1-20", 200)},
+		"b": {archived("b", "binlog.000001", "0-1-5", "0-1-15", 150), archived("b", "binlog.000002", "0-1-15", "0-2-30", 300)},
+	}
+	for _, tc := range []struct{ from, want string }{
+		{"0-1-12", "b/binlog.000001 b/binlog.000002"}, // the newest primary reaches furthest
+		{"0-1-3", "a/binlog.000001 a/binlog.000002"},  // b begins after it
+		{"", "a/binlog.000001 a/binlog.000002"},
+	} {
+		got, err := Chain(files, pos(t, tc.from))
+		if err != nil || names(got) != tc.want {
+			t.Errorf("from %q: %s %v, want %s", tc.from, names(got), err, tc.want)
+		}
+	}
+	// A file missing in the middle breaks a source's run there.
+	gap := map[string][]File{"a": {archived("a", "binlog.000001", "", "0-1-10", 100), archived("a", "binlog.000003", "0-1-20", "0-1-30", 300)}}
+	if got, err := Chain(gap, pos(t, "0-1-5")); err != nil || names(got) != "a/binlog.000001" {
+		t.Errorf("over a gap: %s %v", names(got), err)
+	}
+	if _, err := Chain(gap, pos(t, "0-1-15")); !errors.Is(err, ErrNoChain) || !strings.Contains(err.Error(), "gap before binlog.000003") {
+		t.Errorf("from past a gap: %v", err)
+	}
+	if _, err := Chain(map[string][]File{}, pos(t, "0-1-5")); !errors.Is(err, ErrNoChain) {
+		t.Errorf("an empty archive: %v", err)
+	}
+}
+
+func TestLogNumberOrder(t *testing.T) {
+	if logNumber("binlog.999999") >= logNumber("binlog.1000000") {
+		t.Error("file numbers past six digits sort before")
+	}
+}
+
+func TestRewrite(t *testing.T) {
+	in := "#261207  6:40:01 server id 1001  end_log_pos 589 CRC32 0x1  \tGTID 0-1001-3 trans\n" +
+		"/*!100101 SET @@session.skip_parallel_replication=0*//*!*/;\n" +
+		"/*!100001 SET @@session.gtid_domain_id=0*//*!*/;\n" +
+		"/*!100001 SET @@session.server_id=1001*//*!*/;\n" +
+		"/*!100001 SET @@session.gtid_seq_no=3*//*!*/;\n" +
+		"START TRANSACTION\n" + "BINLOG '\n" + strings.Repeat("A", 3<<20) + "\n'/*!*/;\n"
+	var out bytes.Buffer
+	n, err := rewrite(strings.NewReader(in), &out)
+	if err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	got := out.String()
+	for _, want := range []string{"SET @@session.server_id=@@global.server_id*/", "/*!100001 DO 0*/", "gtid_domain_id=0", strings.Repeat("A", 3<<20) + "\n'"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rewritten SQL lacks %.60q", want)
+		}
+	}
+	if strings.Contains(got, "server_id=1001") || strings.Contains(got, "gtid_seq_no=3") || len(got) != len(in)-len("SET @@session.server_id=1001")+len("SET @@session.server_id=@@global.server_id")-len("SET @@session.gtid_seq_no=3")+len("DO 0") {
+		t.Errorf("rewritten SQL keeps the source's ids or changed more: %d bytes from %d", len(got), len(in))
+	}
+}
+
+type fakeServer struct {
+	files   []LogFile
+	flushes int
+	onFlush func(*fakeServer)
+}
+
+func (f *fakeServer) BinaryLogs(context.Context) ([]LogFile, error) { return f.files, nil }
+func (f *fakeServer) FlushBinaryLogs(context.Context) error {
+	f.flushes++
+	f.onFlush(f)
+	return nil
+}
+
+func TestArchiver(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name string, b []byte) int64 {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(b))
+	}
+	srv := &fakeServer{files: []LogFile{
+		{"binlog.000001", write("binlog.000001", file(Position{}, 1, 2, false))},
+		{"binlog.000002", write("binlog.000002", file(pos(t, "0-7-2"), 0, 0, true))},
+	}}
+	srv.onFlush = func(f *fakeServer) {
+		f.files[1].Size = write("binlog.000002", file(pos(t, "0-7-2"), 3, 3, false))
+		f.files = append(f.files, LogFile{"binlog.000003", write("binlog.000003", file(pos(t, "0-7-3"), 0, 0, true))})
+	}
+	now := time.Unix(5000, 0)
+	arch := Archive{Store: storage.NewDir(t.TempDir()), Prefix: "ns/db/_binlog/uid"}
+	r := &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: 10 * time.Second, Log: logr.Discard(), Now: func() time.Time { return now }}
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The finished file is archived; the current one holds no
+	// transaction: nothing waits, nothing is closed.
+	if st := r.Status(); st.Archived != 1 || st.LastArchived != "binlog.000001" || srv.flushes != 0 {
+		t.Fatalf("%+v, %d flushes", st, srv.flushes)
+	}
+	// A write: the file is closed once it has waited Timeout, not before.
+	srv.files[1].Size = write("binlog.000002", file(pos(t, "0-7-2"), 3, 3, true))
+	for i, step := range []time.Duration{0, 5 * time.Second, 5 * time.Second, time.Second} {
+		now = now.Add(step)
+		if err := r.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{true: 1, false: 0}[i >= 2]; srv.flushes != want {
+			t.Fatalf("after %d rounds: %d flushes, want %d", i+1, srv.flushes, want)
+		}
+	}
+	files, err := arch.List(ctx)
+	if err != nil || len(files["db-0-x"]) != 2 || files["db-0-x"][1].Info.End.String() != "0-7-3" {
+		t.Errorf("archived %+v %v", files, err)
+	}
+	// An agent restarted over a file holding a write closes it too.
+	srv.files[2].Size = write("binlog.000003", file(pos(t, "0-7-3"), 4, 4, true))
+	r = &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: 10 * time.Second, Log: logr.Discard(), Now: func() time.Time { return now }}
+	srv.onFlush = func(f *fakeServer) {}
+	_ = r.Once(ctx)
+	now = now.Add(10 * time.Second)
+	_ = r.Once(ctx)
+	if srv.flushes != 2 {
+		t.Errorf("a restarted archiver did not close the file holding a write (%d flushes)", srv.flushes)
+	}
+	// A file the archive holds with other contents stops the archiver and
+	// counts as a failure.
+	write("binlog.000001", file(Position{}, 1, 5, false))
+	r = &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
+	if err := r.Once(ctx); err == nil || !r.Status().Failing() || !strings.Contains(r.Status().LastError, "other contents") {
+		t.Errorf("a conflicting file: %v %+v", err, r.Status())
+	}
+}

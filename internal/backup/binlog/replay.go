@@ -1,0 +1,274 @@
+package binlog
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"example.com/database-operator/internal/backup/wal"
+)
+
+// Target is where a replay stops: at most one of a time and a GTID
+// position; neither is the archive's end.
+type Target struct {
+	// Time: the transactions the binary log dates before it. The binary
+	// log keeps whole seconds, so the target's own second is replayed
+	// whole: every transaction acknowledged before Time is there, and
+	// those of the same second after it may be too.
+	Time time.Time
+	// GTID: up to and with these transactions.
+	GTID Position
+}
+
+// Client is how the replay reaches the restored server: the mariadb
+// command line client's connection arguments and environment (the
+// password, never on a command line).
+type Client struct {
+	Command string   // mariadb
+	Args    []string // --host, --port, --user...
+	Env     []string
+}
+
+// ReplayOptions is one replay of archived binary logs into a server.
+type ReplayOptions struct {
+	Archive Archive
+	// From is the base backup's GTID position: the replay starts after it.
+	From Position
+	// Taken is when the base backup was taken: a time target before it
+	// is refused.
+	Taken   time.Time
+	Target  Target
+	Client  Client
+	Scratch string // where the files are fetched to (removed after)
+	Logf    func(format string, args ...any)
+}
+
+// Outcome is what a replay did.
+type Outcome struct {
+	Files        int
+	Bytes        int64
+	Transactions int
+	// End is the last archived position the replay read to; Until is how
+	// far the archive reaches (the last file's close): the latest moment
+	// it can restore.
+	End   Position
+	Until time.Time
+	// Fetch and Apply are how long fetching (and verifying) and applying
+	// took.
+	Fetch, Apply time.Duration
+}
+
+// ErrOutsideWindow is wrapped by Replay's error for a target the archive
+// cannot reach.
+var ErrOutsideWindow = errors.New("the target is outside what the backup and the archive can restore")
+
+// Replay fetches the archived files from o.From to the target, verifies
+// every one, and only then applies them through the client: a corrupt or
+// missing file fails the replay before anything is applied, naming the
+// last point the archive can restore.
+func Replay(ctx context.Context, o ReplayOptions) (*Outcome, error) {
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	all, err := o.Archive.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing the binary log archive: %w", err)
+	}
+	chain, err := Chain(all, o.From)
+	if err != nil {
+		return nil, err
+	}
+	last := chain[len(chain)-1]
+	out := &Outcome{Until: last.Info.ClosedAt, End: last.Info.End}
+	switch t := o.Target; {
+	case !t.Time.IsZero() && !o.Taken.IsZero() && t.Time.Before(o.Taken):
+		return nil, fmt.Errorf("%w: %s is before the backup was taken (%s)", ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), o.Taken.UTC().Format(time.RFC3339))
+	case !t.Time.IsZero() && t.Time.After(out.Until):
+		return nil, fmt.Errorf("%w: %s is after the archive's end (%s, position %s): later transactions are not archived yet",
+			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), out.Until.Format(time.RFC3339), out.End)
+	case t.GTID != nil && !out.End.Covers(t.GTID):
+		return nil, fmt.Errorf("%w: GTID %s is past the archive's end (%s)", ErrOutsideWindow, t.GTID, out.End)
+	case t.GTID != nil && !t.GTID.Covers(o.From):
+		return nil, fmt.Errorf("%w: GTID %s is before the backup's position (%s)", ErrOutsideWindow, t.GTID, o.From)
+	}
+	// Only the files up to the target.
+	for i, f := range chain {
+		afterTime := !o.Target.Time.IsZero() && f.Info.Transactions > 0 && !f.Info.First.Before(stopTime(o.Target.Time))
+		afterGTID := o.Target.GTID != nil && f.Info.Start.Covers(o.Target.GTID)
+		if afterTime || afterGTID {
+			chain = chain[:i]
+			break
+		}
+	}
+	dir, err := os.MkdirTemp(o.Scratch, "binlog-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	started := time.Now()
+	var local []string
+	for i, f := range chain {
+		dest := filepath.Join(dir, f.Name)
+		if err := o.Archive.Fetch(ctx, f, dest); err != nil {
+			good := "nothing after the backup"
+			if i > 0 {
+				good = fmt.Sprintf("%s (position %s)", chain[i-1].Info.ClosedAt.Format(time.RFC3339), chain[i-1].Info.End)
+			}
+			if errors.Is(err, wal.ErrCorrupt) {
+				return nil, fmt.Errorf("CORRUPT ARCHIVE: %w: nothing was replayed; the archive can restore up to %s", err, good)
+			}
+			return nil, fmt.Errorf("fetching %s: %w: nothing was replayed; the archive can restore up to %s", f, err, good)
+		}
+		local = append(local, dest)
+		out.Files++
+		out.Bytes += f.Size
+	}
+	out.Fetch = time.Since(started)
+	logf("fetched and verified %d binary log files (%d bytes) of %s in %s", out.Files, out.Bytes, last.Source, out.Fetch.Round(time.Millisecond))
+	if len(local) == 0 {
+		return out, nil
+	}
+	started = time.Now()
+	n, err := apply(ctx, o, local)
+	out.Apply, out.Transactions = time.Since(started), n
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.Target.GTID != nil:
+		out.End = o.Target.GTID
+	case !o.Target.Time.IsZero():
+		out.End = nil // somewhere inside the last file
+	default:
+		out.End = chain[len(chain)-1].Info.End
+	}
+	logf("replayed %d transactions from %s in %s", n, o.From, out.Apply.Round(time.Millisecond))
+	return out, nil
+}
+
+// stopTime is where a time target stops the replay: events dated at or
+// after the whole second after it (the binary log keeps whole seconds).
+func stopTime(t time.Time) time.Time { return t.UTC().Truncate(time.Second).Add(time.Second) }
+
+// apply pipes mariadb-binlog's SQL for the files into the client.
+func apply(ctx context.Context, o ReplayOptions, files []string) (int, error) {
+	args := []string{"--no-defaults", "--start-position=" + o.From.String()}
+	switch {
+	case !o.Target.Time.IsZero():
+		args = append(args, "--stop-datetime="+stopTime(o.Target.Time).Format(time.DateTime))
+	case o.Target.GTID != nil:
+		args = append(args, "--stop-position="+o.Target.GTID.String())
+	}
+	reader := exec.CommandContext(ctx, "mariadb-binlog", append(args, files...)...)
+	// --stop-datetime is read in the local time zone.
+	reader.Env = append(os.Environ(), "TZ=UTC")
+	readErr := &bytes.Buffer{}
+	reader.Stderr = readErr
+	sql, err := reader.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	client := exec.CommandContext(ctx, o.Client.Command, append(append([]string{}, o.Client.Args...), "--binary-mode")...)
+	client.Env = o.Client.Env
+	clientErr := &bytes.Buffer{}
+	client.Stderr, client.Stdout = clientErr, io.Discard
+	// An OS pipe, not an io.Pipe: a client that exits (a statement
+	// failed) makes the next write fail rather than wait forever.
+	stdin, err := client.StdinPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := reader.Start(); err != nil {
+		return 0, fmt.Errorf("starting mariadb-binlog: %w", err)
+	}
+	if err := client.Start(); err != nil {
+		_ = reader.Process.Kill()
+		_ = reader.Wait()
+		return 0, fmt.Errorf("starting %s: %w", o.Client.Command, err)
+	}
+	n, rewriteErr := rewrite(sql, stdin)
+	_ = stdin.Close()
+	if rewriteErr != nil {
+		_ = reader.Process.Kill() // it would wait on its full pipe
+	}
+	clientWait := client.Wait()
+	readWait := reader.Wait()
+	switch {
+	case clientWait != nil: // the cause when both failed
+		return n, fmt.Errorf("applying the binary log: %s failed: %w: %s", o.Client.Command, clientWait, bytes.TrimSpace(clientErr.Bytes()))
+	case readWait != nil:
+		return n, fmt.Errorf("mariadb-binlog failed: %w: %s", readWait, bytes.TrimSpace(readErr.Bytes()))
+	case rewriteErr != nil:
+		return n, rewriteErr
+	}
+	return n, nil
+}
+
+// The statements mariadb-binlog writes before each transaction that give
+// it the source's server id and GTID sequence number. Applied as they
+// are, the restored server would log the source's GTIDs (refused, by
+// gtid_strict_mode, when its own domain went past them loading the dump)
+// under the source's server id, which a replica of the same id would skip
+// as its own events. The replayed transactions take the restored server's
+// own instead.
+var (
+	sourceServerID = regexp.MustCompile(`SET @@session\.server_id=[0-9]+`)
+	sourceSeqNo    = regexp.MustCompile(`SET @@session\.gtid_seq_no=[0-9]+`)
+	gtidComment    = []byte("\tGTID ")
+)
+
+// rewrite copies mariadb-binlog's SQL from r to w with the source's server
+// ids and sequence numbers taken out, counting the transactions.
+func rewrite(r io.Reader, w io.Writer) (int, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	bw := bufio.NewWriterSize(w, 1<<20)
+	n := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line (a row event's base64): no statement to change.
+			if _, werr := bw.Write(line); werr != nil {
+				return n, werr
+			}
+			continue
+		}
+		if len(line) > 0 {
+			switch {
+			case bytes.HasPrefix(line, []byte("#")) && bytes.Contains(line, gtidComment):
+				n++
+			case bytes.Contains(line, []byte("SET @@session.")):
+				line = sourceServerID.ReplaceAll(line, []byte("SET @@session.server_id=@@global.server_id"))
+				line = sourceSeqNo.ReplaceAll(line, []byte("DO 0"))
+			}
+			if _, werr := bw.Write(line); werr != nil {
+				return n, werr
+			}
+		}
+		if err == io.EOF {
+			return n, bw.Flush()
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// FormatTarget is a target as the outcome reports it.
+func FormatTarget(t Target) string {
+	switch {
+	case !t.Time.IsZero():
+		return "time " + t.Time.UTC().Format(time.RFC3339Nano)
+	case t.GTID != nil:
+		return "GTID " + t.GTID.String()
+	}
+	return "the archive's end"
+}
