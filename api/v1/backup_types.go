@@ -48,11 +48,11 @@ type BackupPolicy struct {
 	// +optional
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
 
-	// Archive turns on continuous archiving of the write-ahead log to the
-	// target (PostgreSQL; MySQL and MariaDB binary log archiving is not
-	// built yet): every completed WAL segment is copied there with its
-	// checksum by the primary's own server, the base of point-in-time
-	// recovery. A volume target's claim is mounted in every instance's pod:
+	// Archive turns on continuous archiving to the target, the base of
+	// point-in-time recovery: PostgreSQL's primary copies every completed
+	// WAL segment there with its checksum (archive_command); MariaDB's
+	// primary agent copies every finished binary log file with its
+	// checksum, GTIDs and times (MySQL's is not built). A volume target's claim is mounted in every instance's pod:
 	// with more than one instance it must be ReadWriteMany (or the pods
 	// share a node).
 	// +optional
@@ -82,11 +82,12 @@ type ArchivePolicy struct {
 	// Enabled archives every completed WAL segment of the primary.
 	Enabled bool `json:"enabled"`
 
-	// TimeoutSeconds closes and archives the current WAL segment at most
-	// this long after a write (PostgreSQL's archive_timeout): the most a
-	// Database lost with all its volumes can lose with archiving of
-	// completed segments alone. Each closed segment takes its full size
-	// (16 MiB) in the target. Default 60.
+	// TimeoutSeconds closes and archives the current WAL segment (or
+	// binary log file) at most this long after a write (PostgreSQL's
+	// archive_timeout): the most a Database lost with all its volumes can
+	// lose with archiving of completed files alone. Each closed WAL
+	// segment takes its full size (16 MiB) in the target; a binary log
+	// file only what it holds. Default 60.
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
@@ -242,19 +243,24 @@ type BootstrapSpec struct {
 	// +optional
 	Source *BackupSource `json:"source,omitempty"`
 
-	// RecoveryTarget restores to a moment rather than to the backup's end
-	// (PostgreSQL, a physical Backup of a Database that archives its WAL):
+	// RecoveryTarget restores to a moment rather than to the backup's end.
+	// PostgreSQL (a physical Backup of a Database that archives its WAL):
 	// the base backup is unpacked and the archive replayed up to the
-	// target, in a Job, before the new Database's pods start. Without it, a
-	// physical backup replays every archived segment (the latest moment
-	// the archive holds).
+	// target, in a Job, before the new Database's pods start. MariaDB (a
+	// logical Backup of a Database that archives its binary log): the dump
+	// is loaded and the archived binary log replayed after it, from the
+	// dump's GTID position to the target; the binary log dates
+	// transactions in whole seconds, so a time target restores its whole
+	// second (a gtid target is exact). Without it, a Backup with an
+	// archive replays all of it (the latest moment the archive holds).
 	// +optional
 	RecoveryTarget *RecoveryTarget `json:"recoveryTarget,omitempty"`
 }
 
 // RecoveryTarget is where a point-in-time recovery stops: at most one of a
-// time, a WAL position or a named restore point.
-// +kubebuilder:validation:XValidation:rule="(has(self.time) ? 1 : 0) + (has(self.lsn) ? 1 : 0) + (has(self.name) ? 1 : 0) <= 1",message="a recovery target is one of time, lsn or name"
+// time, a WAL position or a named restore point (PostgreSQL), or a GTID
+// position (MariaDB).
+// +kubebuilder:validation:XValidation:rule="(has(self.time) ? 1 : 0) + (has(self.lsn) ? 1 : 0) + (has(self.name) ? 1 : 0) + (has(self.gtid) ? 1 : 0) <= 1",message="a recovery target is one of time, lsn, name or gtid"
 type RecoveryTarget struct {
 	// Time: every transaction committed before it is restored, none after.
 	// RFC 3339, with fractions of a second where they matter
@@ -274,6 +280,13 @@ type RecoveryTarget struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule="!self.contains(\"'\")",message="a restore point name must not contain a quote"
 	Name string `json:"name,omitempty"`
+	// GTID: replay up to and with this GTID position (MariaDB), as
+	// @@gtid_binlog_pos prints it: domain-server-sequence, one per domain,
+	// comma-separated.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[0-9]{1,10}-[0-9]{1,10}-[0-9]{1,20}(,[0-9]{1,10}-[0-9]{1,10}-[0-9]{1,20})*$`
+	GTID string `json:"gtid,omitempty"`
 }
 
 // BackupSource is a backup's location: a target and the path in it.
@@ -441,9 +454,11 @@ type BackupStatus struct {
 	// Method is how the backup was taken (spec.method, default applied).
 	// +optional
 	Method BackupMethod `json:"method,omitempty"`
-	// ArchivePath is the Database's WAL archive in the same target, for a
-	// physical backup of a Database that archives: a recovery replays it
-	// from the backup's end to its target.
+	// ArchivePath is the Database's archive in the same target, for a
+	// backup of a Database that archives: PostgreSQL's WAL archive (a
+	// physical backup), MariaDB's binary log archive (a logical backup,
+	// whose dump records its GTID position). A recovery replays it from the
+	// backup to its target.
 	// +optional
 	ArchivePath string `json:"archivePath,omitempty"`
 }

@@ -45,6 +45,7 @@ import (
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/internal/engine"
 )
@@ -155,6 +156,11 @@ type Config struct {
 	// AfterPromotion, when set, replaces what the agent does once it sees
 	// its replica promoted (ArchiveBacklog; unit tests).
 	AfterPromotion func(context.Context)
+	// BinlogArchive, when set, is where the primary archives its binary
+	// logs (MariaDB with spec.backup.archive), BinlogTimeout at most how
+	// long after a write the current file is closed for it (default 1m).
+	BinlogArchive *binlog.Archive
+	BinlogTimeout time.Duration
 }
 
 // Agent is one running agent.
@@ -198,8 +204,10 @@ type Agent struct {
 	streamed time.Time
 	behind   int64
 	running  bool
-	child    *exec.Cmd
-	demoted  bool
+	// binlogs archives the binary log once this server was the primary.
+	binlogs *binlog.Archiver
+	child   *exec.Cmd
+	demoted bool
 	// stopping: the pod is stopping (a handover may be under way).
 	stopping bool
 	// busy: the server's last answer refused a session for a full
@@ -261,6 +269,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.leaseLoop(loops)
 	go a.checkLoop(loops)
 	go a.guardLoop(loops)
+	go a.binlogLoop(loops)
 
 	fenced := false
 	for {

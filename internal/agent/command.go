@@ -94,6 +94,14 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	}
 	cfg.PeerToken = PeerToken(repl)
 	cfg.Log = logger(logw).WithValues("pod", cfg.Pod)
+	if cfg.BinlogArchive, err = binlogArchiveFromEnv(ctx); err != nil {
+		return err
+	}
+	if v := os.Getenv(EnvBinlogArchiveTimeout); v != "" {
+		if cfg.BinlogTimeout, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf(EnvBinlogArchiveTimeout+": %w", err)
+		}
+	}
 	if err := withMetrics(&cfg); err != nil {
 		// The server runs all the same: metrics are not worth an outage.
 		cfg.Log.Error(err, "not serving the database metrics")

@@ -73,6 +73,7 @@ func (a *Agent) peerHandler() http.Handler {
 		fmt.Fprintln(w, "confirmed")
 	})
 	mux.HandleFunc("GET /v1/status", a.serveStatus)
+	mux.HandleFunc("GET /v1/archiver", a.serveArchiver)
 	mux.HandleFunc("POST /v1/promoting", func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)

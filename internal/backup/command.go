@@ -12,6 +12,7 @@ import (
 	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
 )
 
@@ -124,11 +125,14 @@ func RestoreCommand(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&o.Path, "path", "", "the backup's path in the target")
 	fs.StringVar(&o.Scratch, "scratch", os.TempDir(), "directory for the downloaded, verified files")
 	fs.StringVar(&resultFile, "result-file", "/dev/termination-log", "where the result goes (JSON)")
+	var pitr binlogFlags
+	pitr.register(fs)
 	fs.SetOutput(log)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var m *Manifest
+	var replayed *binlog.Outcome
 	err := func() error {
 		if err := o.Server.complete(); err != nil {
 			return fail(ReasonInvalid, "%w", err)
@@ -146,8 +150,23 @@ func RestoreCommand(ctx context.Context, args []string, log io.Writer) error {
 		}
 		defer os.RemoveAll(scratch)
 		o.Scratch = scratch
-		m, err = Restore(ctx, o)
-		return err
+		// The binary logs to replay are fetched and verified before the
+		// dump is loaded: a target outside the window or a corrupt file
+		// changes nothing.
+		prepared, err := pitr.prepare(ctx, o, log)
+		if err != nil {
+			return err
+		}
+		if prepared != nil {
+			defer prepared.Close()
+		}
+		if m, err = Restore(ctx, o); err != nil || prepared == nil {
+			return err
+		}
+		if replayed, err = prepared.Apply(ctx); err != nil {
+			return fail(ReasonReplayFailed, "the backup was loaded, and replaying the binary log after it failed: %w", err)
+		}
+		return nil
 	}()
 	res := Result{Succeeded: err == nil, Reason: "Restored", Path: o.Path}
 	if err != nil {
@@ -155,6 +174,9 @@ func RestoreCommand(ctx context.Context, args []string, log io.Writer) error {
 	} else {
 		res.Location, res.Version, res.Position = o.Store.Location(o.Path), m.Version, m.Position
 		res.Size, res.Checksum, res.StartedAt, res.CompletedAt = m.Size(), m.Checksum(), m.StartedAt, m.CompletedAt
+		if replayed != nil {
+			res.Message = replayMessage(pitr.target, replayed)
+		}
 	}
 	fmt.Fprintf(log, "restore %s: succeeded=%t reason=%s %s\n", o.Path, res.Succeeded, res.Reason, res.Message)
 	if werr := writeResult(resultFile, res); werr != nil {

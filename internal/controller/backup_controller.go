@@ -23,6 +23,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/wal"
 )
 
@@ -126,9 +127,10 @@ func backupArgs(b *dbv1.Backup, db *dbv1.Database, pod string, st *dbv1.BackupSt
 		if p.Retention.MaxAge != "" {
 			args = append(args, "--max-age="+p.Retention.MaxAge)
 		}
-		if p.Archiving() {
+		if p.Archiving() && db.Spec.Engine == dbv1.EnginePostgreSQL {
 			// The archive lives there too: retention keeps what the kept
-			// base backups need of it, and deletes the rest.
+			// base backups need of it, and deletes the rest. (MariaDB's
+			// binary log archive is kept whole.)
 			args = append(args, "--archive="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
 		}
 	}
@@ -146,8 +148,14 @@ func recordMethod(st *dbv1.BackupStatus, b *dbv1.Backup, db *dbv1.Database) {
 		return
 	}
 	st.Method = backupMethod(b, db)
-	if st.Method == dbv1.BackupPhysical && db.Spec.Backup.Archiving() && b.Spec.Target == nil {
+	switch {
+	case b.Spec.Target != nil || !archives(db):
+	case st.Method == dbv1.BackupPhysical && db.Spec.Engine == dbv1.EnginePostgreSQL:
 		st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
+	case st.Method == dbv1.BackupLogical && db.Spec.Engine == dbv1.EngineMariaDB:
+		// A dump records its GTID position: the binary log archive
+		// replays from there.
+		st.ArchivePath = binlog.Prefix(db.Namespace, db.Name, string(db.UID))
 	}
 }
 

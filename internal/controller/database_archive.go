@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -13,44 +14,68 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/internal/engine"
 )
 
 // agentBinary is the operator's binary in a database pod (the agent's
 // init container copies it there): PostgreSQL's archive_command runs it.
 const agentBinary = "/agent/manager"
 
+// archives says whether the Database archives continuously: PostgreSQL's
+// WAL, MariaDB's binary log (MySQL's is refused by the API: its GTIDs are
+// not MariaDB's, and no MySQL server runs here to prove it).
+func archives(db *dbv1.Database) bool {
+	return db.Spec.Backup.Archiving() && (db.Spec.Engine == dbv1.EnginePostgreSQL || db.Spec.Engine == dbv1.EngineMariaDB)
+}
+
 // archiveValues are the chart's archive values: PostgreSQL's
 // archive_command pushing each completed WAL segment to the Database's
-// backup target (wal-push with the flags a backup Job gets), and what the
+// backup target (wal-push with the flags a backup Job gets), or the
+// MariaDB agent's binary log archive (the same flags); and what the
 // database container needs for that target (S3 credentials, the backup
 // claim, the S3 endpoint's CA).
 func archiveValues(db *dbv1.Database) map[string]any {
-	if db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+	if !archives(db) {
 		return map[string]any{"enabled": false}
 	}
 	tp := targetForPod(db.Spec.Backup.Target, db)
-	args := append([]string{agentBinary, "wal-push"}, tp.args...)
-	args = append(args, "--prefix="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
 	timeout := int64(dbv1.DefaultArchiveTimeoutSeconds)
 	if t := db.Spec.Backup.Archive.TimeoutSeconds; t != nil {
 		timeout = int64(*t)
 	}
 	values := map[string]any{
 		"enabled":        true,
-		"command":        shellJoin(args) + " %p",
 		"timeoutSeconds": timeout,
 		"env":            toValues(tp.env),
 		"volumes":        toValues(tp.volumes),
 		"mounts":         toValues(tp.mounts),
 	}
+	if db.Spec.Engine == dbv1.EnginePostgreSQL {
+		args := append([]string{agentBinary, "wal-push"}, tp.args...)
+		args = append(args, "--prefix="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+		values["command"] = shellJoin(args) + " %p"
+	} else {
+		args := append(append([]any{}, toAny(tp.args)...), "--prefix="+binlog.Prefix(db.Namespace, db.Name, string(db.UID)))
+		values["binlogArchive"] = args
+	}
 	if s3 := db.Spec.Backup.Target.S3; s3 != nil {
-		// The primary's server reaches the endpoint itself: the network
-		// policy lets it out on the endpoint's port.
+		// The primary's server (or agent) reaches the endpoint itself:
+		// the network policy lets it out on the endpoint's port.
 		values["egressPort"] = s3Port(s3.Endpoint)
 	}
 	return values
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // s3Port is the TCP port of an S3 endpoint, as the store reads it; 443
@@ -98,7 +123,7 @@ func toValues[T any](objs []T) []any {
 // a pod whose claim does not exist never starts. (A backup Job creates it
 // too; archiving may come first.)
 func (r *DatabaseReconciler) reconcileArchiveTarget(ctx context.Context, db *dbv1.Database, _ *observed) error {
-	if db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+	if !archives(db) {
 		return nil
 	}
 	return ensureBackupClaim(ctx, r.Client, db, db.Spec.Backup.Target)
@@ -124,7 +149,7 @@ type archiveState struct {
 // never silent (the primary keeps the WAL it could not archive, and its
 // volume fills).
 func (r *DatabaseReconciler) observeArchive(ctx context.Context, db *dbv1.Database, obs *observed) error {
-	if r.Instances == nil || db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+	if r.Instances == nil || !archives(db) {
 		return nil
 	}
 	obs.requeueWithin(archiveCheckInterval)
@@ -148,24 +173,25 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	if primary == "" || pod == nil || !podStarted(pod) {
 		return unknown(dbv1.ReasonArchiverUnreadable, "the primary %q does not run: its archiver cannot be read", primary)
 	}
-	inst, err := obs.instances.get(ctx, pod)
-	if err != nil {
-		return unknown(dbv1.ReasonArchiverUnreadable, "reading %s's archiver: %v", primary, err)
-	}
-	a, err := inst.Archiver(ctx)
+	a, err := r.archiverOf(ctx, db, obs, pod)
+	mariadb := db.Spec.Engine == dbv1.EngineMariaDB
 	switch {
 	case err != nil:
 		return unknown(dbv1.ReasonArchiverUnreadable, "reading %s's archiver: %v", primary, err)
+	case a.Mode == "off" && mariadb:
+		return unknown(dbv1.ReasonArchivingNotStarted, "%s's agent runs without the binary log archive yet: it starts archiving once restarted with it (the pods roll)", primary)
 	case a.Mode == "off":
 		return unknown(dbv1.ReasonArchivingNotStarted, "%s runs without archive_mode yet: it starts archiving once restarted with it (the pods roll)", primary)
+	case a.Failing() && mariadb:
+		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
+			"%s fails to archive the binary log file %s (last attempt %s, %d failures since the agent started; %s): the server keeps its binary logs %s (binlog_expire_logs_seconds), "+
+				"after which what was not archived is lost to point-in-time recovery; the reason is in the agent's log", primary, a.LastFailed, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, lastArchivedText(a), binlogKept)}
 	case a.Failing():
-		last := "nothing archived since it started"
-		if a.Archived > 0 {
-			last = fmt.Sprintf("last archived %s at %s", a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339))
-		}
 		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 			"%s fails to archive %s (last attempt %s, %d failures since it started; %s): it keeps every WAL file from it on until the target takes them, and its volume fills; "+
-				"the reason is in its log (wal-push)", primary, a.LastFailed, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, last)}
+				"the reason is in its log (wal-push)", primary, a.LastFailed, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, lastArchivedText(a))}
+	case a.Archived == 0 && mariadb:
+		return unknown(dbv1.ReasonNothingArchivedYet, "%s has finished no binary log file since its agent started (one closes at most archive timeoutSeconds after a write)", primary)
 	case a.Archived == 0:
 		return unknown(dbv1.ReasonNothingArchivedYet, "%s has completed no WAL segment since it started (one closes when full, or archive_timeout after a write)", primary)
 	}
@@ -173,11 +199,62 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 }
 
+// binlogKept is how long the chart's MariaDB servers keep their binary
+// logs (binlog-expire-logs-seconds in its configmap).
+const binlogKept = "3 days"
+
+func lastArchivedText(a engine.Archiver) string {
+	if a.Archived == 0 {
+		return "nothing archived since it started"
+	}
+	return fmt.Sprintf("last archived %s at %s", a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339))
+}
+
+// archiverOf reads the primary's archiver: PostgreSQL's from the server
+// (pg_stat_archiver), MariaDB's from its agent, which archives the binary
+// log.
+func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, obs *observed, pod *corev1.Pod) (engine.Archiver, error) {
+	if db.Spec.Engine == dbv1.EnginePostgreSQL {
+		inst, err := obs.instances.get(ctx, pod)
+		if err != nil {
+			return engine.Archiver{}, err
+		}
+		return inst.Archiver(ctx)
+	}
+	if r.Archivers == nil {
+		return engine.Archiver{}, errors.New("the operator does not reach the agents")
+	}
+	ep, err := obs.instances.endpoint(ctx, pod)
+	if err != nil {
+		return engine.Archiver{}, err
+	}
+	repl, err := obs.instances.replication(ctx)
+	if err != nil {
+		return engine.Archiver{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var opts engine.Options
+	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
+		return engine.Archiver{}, err
+	}
+	st, err := r.Archivers(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
+	if err != nil {
+		return engine.Archiver{}, err
+	}
+	a := engine.Archiver{Mode: "on", Archived: st.Archived, LastArchived: st.LastArchived, LastArchivedAt: st.LastArchivedAt,
+		Failed: st.Failed, LastFailed: st.LastFailed, LastFailedAt: st.LastFailedAt}
+	if !st.Enabled {
+		a.Mode = "off"
+	}
+	return a, nil
+}
+
 // setArchiveCondition sets ContinuousArchiving from what the Archive phase
 // saw, and removes it without archiving.
 func setArchiveCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed) {
 	switch {
-	case db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving():
+	case !archives(db):
 		meta.RemoveStatusCondition(&st.Conditions, dbv1.ConditionContinuousArchiving)
 	case obs.archive != nil:
 		setCondition(st, db, dbv1.ConditionContinuousArchiving, obs.archive.status, obs.archive.reason, obs.archive.message)
@@ -188,7 +265,7 @@ func setArchiveCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observ
 // the oldest physical Backup that records the archive to the primary's
 // last archived segment. Without archiving there is none.
 func setRecoverability(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observed) {
-	if db.Spec.Engine != dbv1.EnginePostgreSQL || !db.Spec.Backup.Archiving() {
+	if !archives(db) {
 		st.FirstRecoverabilityPoint, st.LastRecoverableTime = nil, nil
 		return
 	}

@@ -71,6 +71,9 @@ type DatabaseReconciler struct {
 	// Agents reaches the instance agents' peer channel before a promotion;
 	// nil skips it (unit tests, whose servers have no agent).
 	Agents AskPromoting
+	// Archivers reads a MariaDB primary's binary log archiver from its
+	// agent's peer channel; nil leaves ContinuousArchiving Unknown.
+	Archivers AskArchiver
 }
 
 // RBAC: everything the operator does to a Database's objects is

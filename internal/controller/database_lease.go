@@ -372,6 +372,14 @@ func AgentPromoting(ctx context.Context, host, token string, cfg *tls.Config) (a
 	return agent.AskPromoting(ctx, net.JoinHostPort(host, strconv.Itoa(agent.PeerPort)), token, cfg)
 }
 
+// AskArchiver reads the binary log archiver of the agent at host.
+type AskArchiver func(ctx context.Context, host, token string, cfg *tls.Config) (agent.BinlogArchiving, error)
+
+// AgentArchiver is AskArchiver over the agents' peer channel.
+func AgentArchiver(ctx context.Context, host, token string, cfg *tls.Config) (agent.BinlogArchiving, error) {
+	return agent.AskArchiver(ctx, net.JoinHostPort(host, strconv.Itoa(agent.PeerPort)), token, cfg)
+}
+
 // failsafeHold is how long the candidate must wait before its promotion:
 // while the API server was unreachable for the old primary, the candidate
 // may have confirmed it (the failsafe), letting it take writes until that

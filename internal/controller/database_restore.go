@@ -52,7 +52,7 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 		obs.restored = &metav1.Condition{Type: dbv1.ConditionRestored, Status: status, Reason: reason, Message: msg}
 	}
 	src, err := r.restoreSource(ctx, db)
-	target, path := src.target, src.path
+	path := src.path
 	var waiting *waitingForBackup
 	var unusable *unusableBackup
 	switch {
@@ -73,7 +73,7 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	err = r.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: restoreJobName(db)}, job)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.startRestore(ctx, db, obs, target, path, set)
+		return r.startRestore(ctx, db, obs, src, set)
 	case err != nil:
 		return fmt.Errorf("reading the restore Job: %w", err)
 	case !metav1.IsControlledBy(job, db):
@@ -100,6 +100,9 @@ func (r *DatabaseReconciler) reconcileRestore(ctx context.Context, db *dbv1.Data
 	case out.succeeded():
 		result := out.result
 		msg := fmt.Sprintf("restored %s (%d bytes, checksums verified: %s), taken at position %s or later", result.Location, result.Size, result.Checksum, result.Position)
+		if result.Message != "" {
+			msg += "; " + result.Message // the binary log replayed after it
+		}
 		set(metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded, msg)
 		obs.restoring = false
 		r.event(db, corev1.EventTypeNormal, dbv1.ReasonRestoreSucceeded, "Restore", "%s", msg)
@@ -195,8 +198,9 @@ func (r *DatabaseReconciler) restoreSource(ctx context.Context, db *dbv1.Databas
 	return restoreFrom{target: target, path: b.Status.Path, backup: b}, nil
 }
 
-func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database, obs *observed, target dbv1.BackupTarget, path string,
+func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database, obs *observed, src restoreFrom,
 	set func(metav1.ConditionStatus, string, string)) error {
+	target, path := src.target, src.path
 	pods, err := r.instancePods(ctx, db, obs)
 	if err != nil {
 		return err
@@ -216,8 +220,16 @@ func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database
 		r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%v", err)
 		return nil
 	}
+	args := []string{"--path=" + path}
+	replay, refusal := binlogReplayArgs(db, src.backup, r.now())
+	if refusal != "" {
+		msg := "the recovery target cannot be reached, nothing was restored: " + refusal
+		set(metav1.ConditionFalse, dbv1.ReasonRestoreFailed, msg)
+		r.event(db, corev1.EventTypeWarning, dbv1.ReasonRestoreFailed, "Restore", "%s", msg)
+		return nil
+	}
 	job, err := buildJob(jobRequest{name: restoreJobName(db), component: componentRestore, db: db, instance: primary, target: target,
-		args: []string{"--path=" + path}, deadline: 6 * defaultDeadline}, r.Values.OperatorImage)
+		args: append(args, replay...), deadline: 6 * defaultDeadline}, r.Values.OperatorImage)
 	if err != nil {
 		return err
 	}
@@ -230,4 +242,42 @@ func (r *DatabaseReconciler) startRestore(ctx context.Context, db *dbv1.Database
 	set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("restore Job %s started: verifying and loading %s into %s", job.Name, path, primary.Name))
 	r.event(db, corev1.EventTypeNormal, "RestoreStarted", "Restore", "Loading %s into %s", path, primary.Name)
 	return nil
+}
+
+// binlogReplayArgs are the restore Job's arguments that replay a MariaDB
+// Backup's binary log archive after its dump: to spec.bootstrap's
+// recovery target, else to the archive's end (as a PostgreSQL physical
+// backup replays its WAL archive). The refusal says why the target cannot
+// be reached, known before anything is made; the Job checks the archive's
+// end before it loads anything.
+func binlogReplayArgs(db *dbv1.Database, b *dbv1.Backup, now time.Time) (args []string, refusal string) {
+	t := db.Spec.Bootstrap.RecoveryTarget
+	if db.Spec.Engine != dbv1.EngineMariaDB {
+		return nil, ""
+	}
+	if t == nil && (b == nil || b.Status.ArchivePath == "") {
+		return nil, "" // the dump as it was taken
+	}
+	at, err := t.ParsedTime()
+	switch {
+	case err != nil:
+		return nil, err.Error()
+	case b == nil:
+		return nil, "a recovery target needs bootstrap.backup: a Backup records the binary log archive to replay"
+	case b.Status.ArchivePath == "":
+		return nil, fmt.Sprintf("Backup %s has no binary log archive (its Database did not archive, or it went to another target): it restores only as it was taken; remove recoveryTarget for that", b.Name)
+	case !at.IsZero() && b.Status.StartedAt != nil && at.Before(b.Status.StartedAt.Time):
+		return nil, fmt.Sprintf("recovery target %s is before Backup %s was taken (%s): pick a later moment or an earlier Backup",
+			t.Time, b.Name, b.Status.StartedAt.UTC().Format(time.RFC3339))
+	case at.After(now):
+		return nil, fmt.Sprintf("recovery target %s is in the future", t.Time)
+	}
+	args = []string{"--binlog-archive=" + b.Status.ArchivePath}
+	switch {
+	case !at.IsZero():
+		args = append(args, "--target-time="+at.UTC().Format(time.RFC3339Nano))
+	case t != nil && t.GTID != "":
+		args = append(args, "--target-gtid="+t.GTID)
+	}
+	return args, ""
 }

@@ -179,8 +179,20 @@ func TestChartValues(t *testing.T) {
 			},
 		},
 		{
-			name: "archiving asked of MariaDB (the API refuses it) renders nothing",
+			name: "MariaDB archives its binary log through its agent, to the same target",
 			db: newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+				db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+			}),
+			want: func(m map[string]any) {
+				m["archive"] = map[string]any{"enabled": true, "timeoutSeconds": int64(60), "env": []any{},
+					"binlogArchive": []any{"--dir=/backups", "--prefix=shop/orders/_binlog/uid-1"},
+					"volumes":       []any{map[string]any{"name": "backups", "persistentVolumeClaim": map[string]any{"claimName": "orders-backups"}}},
+					"mounts":        []any{map[string]any{"name": "backups", "mountPath": "/backups"}}}
+			},
+		},
+		{
+			name: "archiving asked of MySQL (the API refuses it) renders nothing",
+			db: newDB(dbv1.EngineMySQL, func(db *dbv1.Database) {
 				db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
 			}),
 			want: func(map[string]any) {},

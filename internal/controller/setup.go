@@ -148,6 +148,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		leases:        &leaseClock{},
 		restarts:      &restartLog{},
 		Agents:        AgentPromoting,
+		Archivers:     AgentArchiver,
 		Logs:          ClientsetPodLogs(clientset),
 		diagnoses:     &diagnosisLog{},
 

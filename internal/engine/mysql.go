@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -687,3 +688,62 @@ func (m *mysqlFamily) ApplyParameters(ctx context.Context, want map[string]strin
 }
 
 func (m *mysqlFamily) Archiver(context.Context) (Archiver, error) { return Archiver{}, ErrNoArchiver }
+
+// BinaryLog is one of a MySQL or MariaDB server's binary log files.
+type BinaryLog struct {
+	Name string
+	Size int64
+}
+
+// BinaryLogs lists the server's binary log files, oldest first (SHOW
+// BINARY LOGS): the last is the one it writes.
+func (m *mysqlFamily) BinaryLogs(ctx context.Context) ([]BinaryLog, error) {
+	return BinaryLogs(ctx, m.db)
+}
+
+// FlushBinaryLogs closes the current binary log file and starts the next.
+func (m *mysqlFamily) FlushBinaryLogs(ctx context.Context) error {
+	if _, err := m.db.ExecContext(ctx, "FLUSH BINARY LOGS"); err != nil {
+		return fmt.Errorf("%s %s: closing the current binary log: %w", m.d.name(), m.ep, err)
+	}
+	return nil
+}
+
+// BinaryLogDir is the directory holding the server's binary log files and
+// its data directory.
+func (m *mysqlFamily) BinaryLogDir(ctx context.Context) (binlogs, data string, err error) {
+	var base sql.NullString
+	if err := m.db.QueryRowContext(ctx, "SELECT @@log_bin_basename, @@datadir").Scan(&base, &data); err != nil {
+		return "", "", fmt.Errorf("%s %s: reading where the binary logs are: %w", m.d.name(), m.ep, err)
+	}
+	if !base.Valid || base.String == "" {
+		return "", "", fmt.Errorf("%s %s: the server keeps no binary log (log-bin is off)", m.d.name(), m.ep)
+	}
+	return filepath.Dir(base.String), data, nil
+}
+
+// BinaryLogs runs SHOW BINARY LOGS on db.
+func BinaryLogs(ctx context.Context, db *sql.DB) ([]BinaryLog, error) {
+	rows, err := db.QueryContext(ctx, "SHOW BINARY LOGS")
+	if err != nil {
+		return nil, fmt.Errorf("listing the binary logs: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var out []BinaryLog
+	for rows.Next() {
+		var f BinaryLog
+		dest := []any{&f.Name, &f.Size}
+		for range len(cols) - 2 { // MySQL 8 adds Encrypted
+			dest = append(dest, new(sql.RawBytes))
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}

@@ -2,6 +2,7 @@ package backup_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -122,7 +123,17 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	target := time.Now()
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
+	// A GTID target: the source's position between two moments; every
+	// write acknowledged before the first is in it, none sent after the
+	// second.
+	var gtidTarget string
+	gtidBefore := time.Now()
+	if err := db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&gtidTarget); err != nil {
+		t.Fatal(err)
+	}
+	gtidAfter := time.Now()
+	time.Sleep(time.Second)
 	mariaExec(t, ctx, primary, "DROP TABLE shop.orders") // the mistake
 	time.Sleep(time.Second)
 	writes := writer.Stop()
@@ -211,7 +222,37 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 		}
 	})
 
-	t.Run("a corrupted file stops the replay", func(t *testing.T) {
+	// restoreCommand runs the restore Job's program into a new server,
+	// replaying the archive with args.
+	restoreCommand := func(t *testing.T, args ...string) (*testservers.MariaDB, backup.Result, error) {
+		fresh := testservers.StartMariaDBPrimary(t)
+		t.Setenv(backup.EnvPassword, testservers.MariaDBRootPassword)
+		result := filepath.Join(t.TempDir(), "result")
+		err := backup.RestoreCommand(ctx, append([]string{"--engine=mariadb", "--host=127.0.0.1", "--port=" + itoa(fresh.Port), "--user=root",
+			"--dir=" + root, "--path=" + backup.Path("prod", "shop", "shop-1"), "--scratch=" + t.TempDir(), "--result-file=" + result,
+			"--binlog-archive=" + arch.Prefix}, args...), testWriter{t})
+		var res backup.Result
+		if b, rerr := os.ReadFile(result); rerr != nil || json.Unmarshal(b, &res) != nil {
+			t.Fatalf("no result: %v", rerr)
+		}
+		return fresh, res, err
+	}
+
+	t.Run("to a GTID, through the restore program", func(t *testing.T) {
+		fresh, res, err := restoreCommand(t, "--target-gtid="+gtidTarget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s", res.Message)
+		rows := mariaRows(t, ctx, fresh)
+		lost, _ := pitrcheck.Judge(writes, rows, gtidBefore)
+		_, leaked := pitrcheck.Judge(writes, rows, gtidAfter)
+		if lost > 0 || leaked > 0 || !strings.Contains(res.Message, "to GTID "+gtidTarget) {
+			t.Errorf("restored to GTID %s: %d acknowledged writes lost, %d later ones leaked; %s", gtidTarget, lost, leaked, res.Message)
+		}
+	})
+
+	t.Run("a corrupted file stops the restore before it loads anything", func(t *testing.T) {
 		files, err := arch.List(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -232,27 +273,25 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = os.WriteFile(file, keep, 0o600) }()
-		r, _, err := restore(t, binlog.Target{})
-		fresh := r.primary
-		if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), bad.Name) || !strings.Contains(err.Error(), "can restore up to") {
-			t.Fatalf("replay over a corrupted file: %v", err)
+		fresh, res, err := restoreCommand(t)
+		if err == nil || res.Reason != backup.ReasonArchiveCorrupt || !strings.Contains(res.Message, bad.Name) || !strings.Contains(res.Message, "can restore up to") {
+			t.Fatalf("restore over a corrupted file: %v, result %+v", err, res)
 		}
-		t.Logf("refused: %v", err)
-		// Nothing was applied: the server holds the backup alone.
-		if got, want := len(mariaRows(t, ctx, fresh)), countAt(t, ctx, store, m); got != want {
-			t.Errorf("after the refused replay the server holds %d rows, the backup %d", got, want)
+		t.Logf("refused: %s", res.Message)
+		if tableExists(t, ctx, fresh, "shop.orders") {
+			t.Error("the dump was loaded before the archive was found corrupt")
+		}
+		// The replay alone meets it the same way, before applying anything.
+		if _, err := binlog.Replay(ctx, binlog.ReplayOptions{Archive: arch, From: from, Client: mariaServer(fresh).BinlogClient(), Scratch: t.TempDir()}); !errors.Is(err, wal.ErrCorrupt) {
+			t.Errorf("replay over a corrupted file: %v", err)
 		}
 	})
 }
 
-// countAt is how many events rows the backup holds: a server restored
-// from it alone.
-func countAt(t *testing.T, ctx context.Context, store storage.Store, m *backup.Manifest) int {
-	t.Helper()
-	fresh := testservers.StartMariaDBPrimary(t)
-	if _, err := backup.Restore(ctx, backup.RestoreOptions{Server: mariaServer(fresh), Store: store,
-		Path: backup.Path(m.Namespace, m.Database, m.Backup), Scratch: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	return len(mariaRows(t, ctx, fresh))
+// testWriter is the test's log as an io.Writer.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

@@ -81,16 +81,27 @@ func TestInvalidCreatesAreRejected(t *testing.T) {
 		{"a limit below its request", func(s map[string]any) {
 			s["resources"] = map[string]any{"requests": map[string]any{"memory": "2Gi"}, "limits": map[string]any{"memory": "1Gi"}}
 		}, `spec.resources.limits[memory]: Invalid value: "1Gi": below the request 2Gi`},
-		{"a recovery target for MariaDB", func(s map[string]any) {
+		{"a WAL position target for MariaDB", func(s map[string]any) {
 			s["engine"], s["version"] = "mariadb", "11.4"
 			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"lsn": "0/3000000"}}
-		}, "a recovery target (bootstrap.recoveryTarget) is built for PostgreSQL only so far"},
+		}, "a MariaDB recovery stops at a time or a gtid position: lsn and name are PostgreSQL's"},
+		{"a recovery target for MySQL", func(s map[string]any) {
+			s["engine"], s["version"] = "mysql", "8.4"
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"time": "2026-12-07T00:01:26Z"}}
+		}, "MySQL restores a backup as it was taken"},
+		{"a GTID target for PostgreSQL", func(s map[string]any) {
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"gtid": "0-1001-57"}}
+		}, "a GTID recovery target is MariaDB's"},
+		{"a GTID that is none", func(s map[string]any) {
+			s["engine"], s["version"] = "mariadb", "11.4"
+			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"gtid": "0-1001"}}
+		}, "spec.bootstrap.recoveryTarget.gtid: Invalid value"},
 		{"a recovery target from a source path", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"source": map[string]any{"target": map[string]any{}, "path": "ns/db/b1"}, "recoveryTarget": map[string]any{"lsn": "0/3000000"}}
 		}, "a recovery target needs bootstrap.backup"},
 		{"two recovery targets", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"lsn": "0/3000000", "name": "before-migration"}}
-		}, "a recovery target is one of time, lsn or name"},
+		}, "a recovery target is one of time, lsn, name or gtid"},
 		{"a recovery time that is none", func(s map[string]any) {
 			s["bootstrap"] = map[string]any{"backup": map[string]any{"name": "b1"}, "recoveryTarget": map[string]any{"time": "yesterday noon"}}
 		}, "spec.bootstrap.recoveryTarget.time"},
@@ -132,7 +143,8 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		db.Spec.Storage.StorageClassName = ptr.To("kwok-volume")
 	})
 	maria := database(ns, "maria", dbv1.EngineMariaDB, 1, func(db *dbv1.Database) { db.Spec.Version = "11.4" })
-	for _, db := range []*dbv1.Database{pg, maria} {
+	mysql := database(ns, "mysql", dbv1.EngineMySQL, 1, func(db *dbv1.Database) { db.Spec.Version = "8.4" })
+	for _, db := range []*dbv1.Database{pg, maria, mysql} {
 		if err := testEnv.client.Create(ctx, db); err != nil {
 			t.Fatal(err)
 		}
@@ -150,9 +162,9 @@ func TestInvalidUpdatesAreRejected(t *testing.T) {
 		{"postgresql major upgrade", pg, func(db *dbv1.Database) { db.Spec.Version = "16" }, "PostgreSQL major version cannot change in place"},
 		{"mariadb downgrade", maria, func(db *dbv1.Database) { db.Spec.Version = "10.11" }, "MariaDB version cannot be downgraded"},
 		{"too many replicas", maria, func(db *dbv1.Database) { db.Spec.Replicas = 12 }, "should be less than or equal to 10"},
-		{"archiving asked of MariaDB", maria, func(db *dbv1.Database) {
+		{"archiving asked of MySQL", mysql, func(db *dbv1.Database) {
 			db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
-		}, "continuous archiving (backup.archive) is built for PostgreSQL only so far"},
+		}, "MySQL's binary log archiving is not available"},
 		{"drills asked of MariaDB", maria, func(db *dbv1.Database) {
 			db.Spec.Backup = &dbv1.BackupPolicy{Verify: &dbv1.VerifyPolicy{Schedule: "@weekly"}}
 		}, "restore drills (backup.verify) restore physical PostgreSQL backups only so far"},

@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"example.com/database-operator/internal/engine"
 )
 
 // LogFile is one of the server's binary log files (SHOW BINARY LOGS).
-type LogFile struct {
-	Name string
-	Size int64
-}
+type LogFile = engine.BinaryLog
 
-// Server is what the archiver asks of the local server.
+// Server is what the archiver asks of the local server (the engine's
+// MySQL and MariaDB instances have it).
 type Server interface {
 	// BinaryLogs lists the server's binary log files, oldest first; the
 	// last is the one it writes.
@@ -27,33 +27,12 @@ type Server interface {
 	FlushBinaryLogs(ctx context.Context) error
 }
 
-// SQLServer is a Server over a database/sql connection pool.
+// SQLServer is a Server over a database/sql connection pool (tests).
 type SQLServer struct{ DB *sql.DB }
 
 // BinaryLogs runs SHOW BINARY LOGS.
 func (s SQLServer) BinaryLogs(ctx context.Context) ([]LogFile, error) {
-	rows, err := s.DB.QueryContext(ctx, "SHOW BINARY LOGS")
-	if err != nil {
-		return nil, fmt.Errorf("listing the binary logs: %w", err)
-	}
-	defer func() { _ = rows.Close() }()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
-	}
-	var out []LogFile
-	for rows.Next() {
-		var f LogFile
-		dest := []any{&f.Name, &f.Size}
-		for range len(cols) - 2 { // MySQL 8 adds Encrypted
-			dest = append(dest, new(sql.RawBytes))
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return engine.BinaryLogs(ctx, s.DB)
 }
 
 // FlushBinaryLogs runs FLUSH BINARY LOGS.

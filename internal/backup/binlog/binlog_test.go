@@ -243,12 +243,12 @@ func TestArchiver(t *testing.T) {
 		return int64(len(b))
 	}
 	srv := &fakeServer{files: []LogFile{
-		{"binlog.000001", write("binlog.000001", file(Position{}, 1, 2, false))},
-		{"binlog.000002", write("binlog.000002", file(pos(t, "0-7-2"), 0, 0, true))},
+		{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 1, 2, false))},
+		{Name: "binlog.000002", Size: write("binlog.000002", file(pos(t, "0-7-2"), 0, 0, true))},
 	}}
 	srv.onFlush = func(f *fakeServer) {
 		f.files[1].Size = write("binlog.000002", file(pos(t, "0-7-2"), 3, 3, false))
-		f.files = append(f.files, LogFile{"binlog.000003", write("binlog.000003", file(pos(t, "0-7-3"), 0, 0, true))})
+		f.files = append(f.files, LogFile{Name: "binlog.000003", Size: write("binlog.000003", file(pos(t, "0-7-3"), 0, 0, true))})
 	}
 	now := time.Unix(5000, 0)
 	arch := Archive{Store: storage.NewDir(t.TempDir()), Prefix: "ns/db/_binlog/uid"}

@@ -70,14 +70,34 @@ type Outcome struct {
 // cannot reach.
 var ErrOutsideWindow = errors.New("the target is outside what the backup and the archive can restore")
 
-// Replay fetches the archived files from o.From to the target, verifies
-// every one, and only then applies them through the client: a corrupt or
-// missing file fails the replay before anything is applied, naming the
-// last point the archive can restore.
+// Replay prepares and applies a replay: Prepare, then Apply.
 func Replay(ctx context.Context, o ReplayOptions) (*Outcome, error) {
-	logf := o.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
+	p, err := Prepare(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return p.Apply(ctx)
+}
+
+// Prepared is a replay whose files are fetched and verified, ready to be
+// applied.
+type Prepared struct {
+	o     ReplayOptions
+	chain []File
+	dir   string
+	local []string
+	out   Outcome
+}
+
+// Prepare picks the archived files from o.From to the target, checks the
+// target against what they reach, then fetches and verifies every one: a
+// target outside the window, or a corrupt or missing file, fails here,
+// before the caller changes anything (loads the base backup), naming the
+// last point the archive can restore.
+func Prepare(ctx context.Context, o ReplayOptions) (*Prepared, error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
 	}
 	all, err := o.Archive.List(ctx)
 	if err != nil {
@@ -88,15 +108,15 @@ func Replay(ctx context.Context, o ReplayOptions) (*Outcome, error) {
 		return nil, err
 	}
 	last := chain[len(chain)-1]
-	out := &Outcome{Until: last.Info.ClosedAt, End: last.Info.End}
+	p := &Prepared{o: o, out: Outcome{Until: last.Info.ClosedAt, End: last.Info.End}}
 	switch t := o.Target; {
 	case !t.Time.IsZero() && !o.Taken.IsZero() && t.Time.Before(o.Taken):
 		return nil, fmt.Errorf("%w: %s is before the backup was taken (%s)", ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), o.Taken.UTC().Format(time.RFC3339))
-	case !t.Time.IsZero() && t.Time.After(out.Until):
+	case !t.Time.IsZero() && t.Time.After(p.out.Until):
 		return nil, fmt.Errorf("%w: %s is after the archive's end (%s, position %s): later transactions are not archived yet",
-			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), out.Until.Format(time.RFC3339), out.End)
-	case t.GTID != nil && !out.End.Covers(t.GTID):
-		return nil, fmt.Errorf("%w: GTID %s is past the archive's end (%s)", ErrOutsideWindow, t.GTID, out.End)
+			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), p.out.Until.Format(time.RFC3339), p.out.End)
+	case t.GTID != nil && !p.out.End.Covers(t.GTID):
+		return nil, fmt.Errorf("%w: GTID %s is past the archive's end (%s)", ErrOutsideWindow, t.GTID, p.out.End)
 	case t.GTID != nil && !t.GTID.Covers(o.From):
 		return nil, fmt.Errorf("%w: GTID %s is before the backup's position (%s)", ErrOutsideWindow, t.GTID, o.From)
 	}
@@ -109,16 +129,15 @@ func Replay(ctx context.Context, o ReplayOptions) (*Outcome, error) {
 			break
 		}
 	}
-	dir, err := os.MkdirTemp(o.Scratch, "binlog-")
-	if err != nil {
+	p.chain = chain
+	if p.dir, err = os.MkdirTemp(o.Scratch, "binlog-"); err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
 	started := time.Now()
-	var local []string
 	for i, f := range chain {
-		dest := filepath.Join(dir, f.Name)
+		dest := filepath.Join(p.dir, f.Name)
 		if err := o.Archive.Fetch(ctx, f, dest); err != nil {
+			p.Close()
 			good := "nothing after the backup"
 			if i > 0 {
 				good = fmt.Sprintf("%s (position %s)", chain[i-1].Info.ClosedAt.Format(time.RFC3339), chain[i-1].Info.End)
@@ -128,31 +147,44 @@ func Replay(ctx context.Context, o ReplayOptions) (*Outcome, error) {
 			}
 			return nil, fmt.Errorf("fetching %s: %w: nothing was replayed; the archive can restore up to %s", f, err, good)
 		}
-		local = append(local, dest)
-		out.Files++
-		out.Bytes += f.Size
+		p.local = append(p.local, dest)
+		p.out.Files++
+		p.out.Bytes += f.Size
 	}
-	out.Fetch = time.Since(started)
-	logf("fetched and verified %d binary log files (%d bytes) of %s in %s", out.Files, out.Bytes, last.Source, out.Fetch.Round(time.Millisecond))
-	if len(local) == 0 {
-		return out, nil
+	p.out.Fetch = time.Since(started)
+	o.Logf("fetched and verified %d binary log files (%d bytes) of %s in %s", p.out.Files, p.out.Bytes, last.Source, p.out.Fetch.Round(time.Millisecond))
+	return p, nil
+}
+
+// Close removes the fetched files.
+func (p *Prepared) Close() {
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
 	}
-	started = time.Now()
-	n, err := apply(ctx, o, local)
+}
+
+// Apply replays the fetched files through the client.
+func (p *Prepared) Apply(ctx context.Context) (*Outcome, error) {
+	out := p.out
+	if len(p.local) == 0 {
+		return &out, nil
+	}
+	started := time.Now()
+	n, err := apply(ctx, p.o, p.local)
 	out.Apply, out.Transactions = time.Since(started), n
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case o.Target.GTID != nil:
-		out.End = o.Target.GTID
-	case !o.Target.Time.IsZero():
+	case p.o.Target.GTID != nil:
+		out.End = p.o.Target.GTID
+	case !p.o.Target.Time.IsZero():
 		out.End = nil // somewhere inside the last file
 	default:
-		out.End = chain[len(chain)-1].Info.End
+		out.End = p.chain[len(p.chain)-1].Info.End
 	}
-	logf("replayed %d transactions from %s in %s", n, o.From, out.Apply.Round(time.Millisecond))
-	return out, nil
+	p.o.Logf("replayed %d transactions from %s in %s", n, p.o.From, out.Apply.Round(time.Millisecond))
+	return &out, nil
 }
 
 // stopTime is where a time target stops the replay: events dated at or

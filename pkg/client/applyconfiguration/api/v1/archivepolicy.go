@@ -15,11 +15,12 @@ package v1
 type ArchivePolicyApplyConfiguration struct {
 	// Enabled archives every completed WAL segment of the primary.
 	Enabled *bool `json:"enabled,omitempty"`
-	// TimeoutSeconds closes and archives the current WAL segment at most
-	// this long after a write (PostgreSQL's archive_timeout): the most a
-	// Database lost with all its volumes can lose with archiving of
-	// completed segments alone. Each closed segment takes its full size
-	// (16 MiB) in the target. Default 60.
+	// TimeoutSeconds closes and archives the current WAL segment (or
+	// binary log file) at most this long after a write (PostgreSQL's
+	// archive_timeout): the most a Database lost with all its volumes can
+	// lose with archiving of completed files alone. Each closed WAL
+	// segment takes its full size (16 MiB) in the target; a binary log
+	// file only what it holds. Default 60.
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
 }
 

@@ -26,11 +26,11 @@ type BackupPolicyApplyConfiguration struct {
 	// DeadlineSeconds bounds how long one backup may run before it is
 	// stopped and reported failed. Default 3600.
 	DeadlineSeconds *int64 `json:"deadlineSeconds,omitempty"`
-	// Archive turns on continuous archiving of the write-ahead log to the
-	// target (PostgreSQL; MySQL and MariaDB binary log archiving is not
-	// built yet): every completed WAL segment is copied there with its
-	// checksum by the primary's own server, the base of point-in-time
-	// recovery. A volume target's claim is mounted in every instance's pod:
+	// Archive turns on continuous archiving to the target, the base of
+	// point-in-time recovery: PostgreSQL's primary copies every completed
+	// WAL segment there with its checksum (archive_command); MariaDB's
+	// primary agent copies every finished binary log file with its
+	// checksum, GTIDs and times (MySQL's is not built). A volume target's claim is mounted in every instance's pod:
 	// with more than one instance it must be ReadWriteMany (or the pods
 	// share a node).
 	Archive *ArchivePolicyApplyConfiguration `json:"archive,omitempty"`

@@ -52,9 +52,11 @@ type BackupStatusApplyConfiguration struct {
 	Position *string `json:"position,omitempty"`
 	// Method is how the backup was taken (spec.method, default applied).
 	Method *apiv1.BackupMethod `json:"method,omitempty"`
-	// ArchivePath is the Database's WAL archive in the same target, for a
-	// physical backup of a Database that archives: a recovery replays it
-	// from the backup's end to its target.
+	// ArchivePath is the Database's archive in the same target, for a
+	// backup of a Database that archives: PostgreSQL's WAL archive (a
+	// physical backup), MariaDB's binary log archive (a logical backup,
+	// whose dump records its GTID position). A recovery replays it from the
+	// backup to its target.
 	ArchivePath *string `json:"archivePath,omitempty"`
 }
 

@@ -22,12 +22,16 @@ type BootstrapSpecApplyConfiguration struct {
 	// Source locates a backup directly, for one taken by another Database
 	// (or in another cluster) whose Backup object is not here.
 	Source *BackupSourceApplyConfiguration `json:"source,omitempty"`
-	// RecoveryTarget restores to a moment rather than to the backup's end
-	// (PostgreSQL, a physical Backup of a Database that archives its WAL):
+	// RecoveryTarget restores to a moment rather than to the backup's end.
+	// PostgreSQL (a physical Backup of a Database that archives its WAL):
 	// the base backup is unpacked and the archive replayed up to the
-	// target, in a Job, before the new Database's pods start. Without it, a
-	// physical backup replays every archived segment (the latest moment
-	// the archive holds).
+	// target, in a Job, before the new Database's pods start. MariaDB (a
+	// logical Backup of a Database that archives its binary log): the dump
+	// is loaded and the archived binary log replayed after it, from the
+	// dump's GTID position to the target; the binary log dates
+	// transactions in whole seconds, so a time target restores its whole
+	// second (a gtid target is exact). Without it, a Backup with an
+	// archive replays all of it (the latest moment the archive holds).
 	RecoveryTarget *RecoveryTargetApplyConfiguration `json:"recoveryTarget,omitempty"`
 }
 

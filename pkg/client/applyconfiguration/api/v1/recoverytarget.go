@@ -12,7 +12,8 @@ package v1
 // with apply.
 //
 // RecoveryTarget is where a point-in-time recovery stops: at most one of a
-// time, a WAL position or a named restore point.
+// time, a WAL position or a named restore point (PostgreSQL), or a GTID
+// position (MariaDB).
 type RecoveryTargetApplyConfiguration struct {
 	// Time: every transaction committed before it is restored, none after.
 	// RFC 3339, with fractions of a second where they matter
@@ -23,6 +24,10 @@ type RecoveryTargetApplyConfiguration struct {
 	LSN *string `json:"lsn,omitempty"`
 	// Name: replay up to a restore point made with pg_create_restore_point().
 	Name *string `json:"name,omitempty"`
+	// GTID: replay up to and with this GTID position (MariaDB), as
+	// @@gtid_binlog_pos prints it: domain-server-sequence, one per domain,
+	// comma-separated.
+	GTID *string `json:"gtid,omitempty"`
 }
 
 // RecoveryTargetApplyConfiguration constructs a declarative configuration of the RecoveryTarget type for use with
@@ -52,5 +57,13 @@ func (b *RecoveryTargetApplyConfiguration) WithLSN(value string) *RecoveryTarget
 // If called multiple times, the Name field is set to the value of the last call.
 func (b *RecoveryTargetApplyConfiguration) WithName(value string) *RecoveryTargetApplyConfiguration {
 	b.Name = &value
+	return b
+}
+
+// WithGTID sets the GTID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the GTID field is set to the value of the last call.
+func (b *RecoveryTargetApplyConfiguration) WithGTID(value string) *RecoveryTargetApplyConfiguration {
+	b.GTID = &value
 	return b
 }

@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"example.com/database-operator/internal/backup/binlog"
+	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/engine"
+)
+
+// EnvBinlogArchive passes the binary log archive to the agent (MariaDB with
+// spec.backup.archive): a JSON array of the backup target's flags and
+// --prefix, as wal-push takes them.
+const EnvBinlogArchive = "BINLOG_ARCHIVE"
+
+// EnvBinlogArchiveTimeout is the archive timeout (a Go duration): at most
+// how long a write waits in the current file before it is closed for the
+// archive.
+const EnvBinlogArchiveTimeout = "BINLOG_ARCHIVE_TIMEOUT"
+
+// binlogArchiveFromEnv reads EnvBinlogArchive; nil when it is not set.
+func binlogArchiveFromEnv(ctx context.Context) (*binlog.Archive, error) {
+	v := os.Getenv(EnvBinlogArchive)
+	if v == "" {
+		return nil, nil
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(v), &args); err != nil {
+		return nil, fmt.Errorf("%s is not a JSON array of flags: %w", EnvBinlogArchive, err)
+	}
+	fs := flag.NewFlagSet(EnvBinlogArchive, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var t storage.Flags
+	t.Register(fs)
+	prefix := fs.String("prefix", "", "where the archive lives in the target")
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvBinlogArchive, err)
+	}
+	if *prefix == "" {
+		return nil, fmt.Errorf("%s: --prefix is required", EnvBinlogArchive)
+	}
+	store, err := t.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvBinlogArchive, err)
+	}
+	return &binlog.Archive{Store: store, Prefix: *prefix}, nil
+}
+
+// binlogServer is what the engine's MySQL and MariaDB instances give the
+// archiver.
+type binlogServer interface {
+	binlog.Server
+	BinaryLogDir(ctx context.Context) (binlogs, data string, err error)
+}
+
+// binlogInterval is how often the archiver looks for finished files.
+const binlogInterval = time.Second
+
+// binlogLoop archives the binary logs while this server is the writable
+// primary: each finished file, and the current one at most the archive
+// timeout after a write (binlog.Archiver). A promoted replica's first
+// round archives the files it wrote as a replica too (they hold the old
+// primary's transactions: log_slave_updates), so the archive follows the
+// primary across a failover without a gap.
+func (a *Agent) binlogLoop(ctx context.Context) {
+	if a.cfg.BinlogArchive == nil {
+		return
+	}
+	var inst engine.Instance
+	closeInst := func() {
+		if inst != nil {
+			inst.Close()
+			inst = nil
+		}
+	}
+	defer closeInst()
+	var lastErr string
+	for ctx.Err() == nil {
+		a.mu.Lock()
+		primary := a.writable && a.running
+		a.mu.Unlock()
+		if primary {
+			err := a.archiveBinlogs(ctx, &inst)
+			switch {
+			case err != nil && err.Error() != lastErr:
+				a.cfg.Log.Error(err, "archiving the binary log (retried every second; the server keeps its files meanwhile)")
+				closeInst()
+			case err == nil && lastErr != "":
+				a.cfg.Log.Info("archiving the binary log works again")
+			}
+			lastErr = ""
+			if err != nil {
+				lastErr = err.Error()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(binlogInterval):
+		}
+	}
+}
+
+func (a *Agent) archiveBinlogs(ctx context.Context, inst *engine.Instance) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if *inst == nil {
+		var err error
+		if *inst, err = a.openLocal(ctx, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	srv, ok := (*inst).(binlogServer)
+	if !ok {
+		return fmt.Errorf("the %s engine keeps no binary log", a.cfg.Engine)
+	}
+	a.mu.Lock()
+	r := a.binlogs
+	a.mu.Unlock()
+	if r == nil {
+		dir, data, err := srv.BinaryLogDir(ctx)
+		if err != nil {
+			return err
+		}
+		source, err := binlogSource(data, a.cfg.Pod)
+		if err != nil {
+			return err
+		}
+		timeout := a.cfg.BinlogTimeout
+		if timeout <= 0 {
+			timeout = time.Minute
+		}
+		r = &binlog.Archiver{Archive: *a.cfg.BinlogArchive, Source: source, Dir: dir, Timeout: timeout, Log: a.cfg.Log}
+		a.mu.Lock()
+		a.binlogs = r
+		a.mu.Unlock()
+		a.cfg.Log.Info("archiving the binary log", "source", source, "dir", dir, "timeout", timeout)
+	}
+	r.Server = srv
+	return r.Once(ctx)
+}
+
+// binlogSourceFile holds, in the data directory, the name this server's
+// binary log has in the archive.
+const binlogSourceFile = "dbop-binlog-source"
+
+// binlogSource is the archive's name for the binary log of the server in
+// data: the pod's name and a random suffix made once per data directory.
+// Binary log file names restart with every data directory (a re-cloned
+// replica writes binlog.000001 again), and must not meet an earlier one's.
+func binlogSource(data, pod string) (string, error) {
+	file := filepath.Join(data, binlogSourceFile)
+	if b, err := os.ReadFile(file); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	} else if !errors.Is(err, os.ErrNotExist) && err != nil {
+		return "", err
+	}
+	suffix := make([]byte, 4)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", err
+	}
+	source := strings.ToLower(pod) + "-" + hex.EncodeToString(suffix)
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(source+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("recording the binary log's archive name: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return "", err
+	}
+	return source, nil
+}
+
+// BinlogArchiving is the binary log archiver's state, as GET
+// /v1/archiver serves it.
+type BinlogArchiving struct {
+	// Enabled: the agent archives (spec.backup.archive); Active: it has
+	// started on this server (the primary).
+	Enabled bool   `json:"enabled"`
+	Active  bool   `json:"active"`
+	Source  string `json:"source,omitempty"`
+	binlog.Status
+}
+
+// serveArchiver answers GET /v1/archiver.
+func (a *Agent) serveArchiver(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(r) {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	a.mu.Lock()
+	st := BinlogArchiving{Enabled: a.cfg.BinlogArchive != nil}
+	if a.binlogs != nil {
+		st.Active, st.Source, st.Status = true, a.binlogs.Source, a.binlogs.Status()
+	}
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+// AskArchiver asks the agent at addr (host:port of its peer channel) for
+// its binary log archiver's state.
+func AskArchiver(ctx context.Context, addr, token string, cfg *tls.Config) (BinlogArchiving, error) {
+	var st BinlogArchiving
+	err := call(ctx, http.MethodGet, "/v1/archiver", addr, token, cfg, &st)
+	return st, err
+}
