@@ -314,6 +314,7 @@ const (
 // Reasons of the ContinuousArchiving condition.
 const (
 	ReasonWALArchived         = "WALArchived"
+	ReasonBinlogArchived      = "BinlogArchived"
 	ReasonArchivingFailing    = "ArchivingFailing"
 	ReasonArchivingNotStarted = "ArchivingNotStarted"
 	ReasonNothingArchivedYet  = "NothingArchivedYet"

@@ -195,7 +195,11 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	case a.Archived == 0:
 		return unknown(dbv1.ReasonNothingArchivedYet, "%s has completed no WAL segment since it started (one closes when full, or archive_timeout after a write)", primary)
 	}
-	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
+	reason := dbv1.ReasonWALArchived
+	if mariadb {
+		reason = dbv1.ReasonBinlogArchived
+	}
+	return &archiveState{status: metav1.ConditionTrue, reason: reason, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/wal"
 )
 
@@ -120,21 +121,36 @@ func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Databa
 	}
 	obs.backups = list.Items
 	obs.lastBackup, obs.lastSuccessfulBackup = latestFinished(list.Items)
-	obs.firstRecoverable = firstRecoverable(list.Items, wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+	obs.firstRecoverable = firstRecoverable(list.Items, archiveOf(db))
 	obs.backupsObserved = true
 	return nil
 }
 
+// archiveOf is where db's archive lives in its target, and the method of
+// the Backups a recovery replays it from: PostgreSQL's WAL archive after a
+// physical backup, MariaDB's binary log archive after a dump.
+func archiveOf(db *dbv1.Database) recordedArchive {
+	if db.Spec.Engine == dbv1.EngineMariaDB {
+		return recordedArchive{binlog.Prefix(db.Namespace, db.Name, string(db.UID)), dbv1.BackupLogical}
+	}
+	return recordedArchive{wal.Prefix(db.Namespace, db.Name, string(db.UID)), dbv1.BackupPhysical}
+}
+
+type recordedArchive struct {
+	path   string
+	method dbv1.BackupMethod
+}
+
 // firstRecoverable is the earliest moment a recovery reaches: the next
-// whole second after the oldest completed physical Backup that records
-// this Database's archive (not an earlier namesake's) completed (its
+// whole second after the oldest completed Backup that records this
+// Database's archive (not an earlier namesake's) completed (its
 // completion time has whole seconds, the backup's own end fractions).
 // Nil without one.
-func firstRecoverable(backups []dbv1.Backup, archive string) *metav1.Time {
+func firstRecoverable(backups []dbv1.Backup, archive recordedArchive) *metav1.Time {
 	var first *metav1.Time
 	for i := range backups {
 		s := &backups[i].Status
-		if s.Phase == dbv1.BackupCompleted && s.Method == dbv1.BackupPhysical && s.ArchivePath == archive && s.CompletedAt != nil &&
+		if s.Phase == dbv1.BackupCompleted && s.Method == archive.method && s.ArchivePath == archive.path && s.CompletedAt != nil &&
 			(first == nil || s.CompletedAt.Before(first)) {
 			first = s.CompletedAt
 		}
