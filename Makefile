@@ -235,17 +235,17 @@ test-faults: ## The fault scenarios once per engine on real pods (root): machine
 		-run 'TestFailover$$|TestFormerPrimaryReturns|TestOperatorKilled|TestAPIServerRestartedDuringFailover|TestPartitionedPrimaryStopsTakingWrites|TestControlPlaneOutageKeepsThePrimary|TestSwitchoverUnderWrites|TestRollingChange|TestParameters|TestSynchronous|TestLostSlotRebuildsReplica|TestStoppedReplicaLeavesReadOnly|TestFailoverBesideHungDatabase|TestUpgradeRollsAFewDatabasesAtATime|TestPrimaryPod|TestPrimaryEvicted|TestScaleDown|TestRecreatedOverKeptVolumes|TestInterruptedFailoverUndone|TestStuckRollout|TestConnectionTableFull|TestCrashDurability|TestPrometheusAlerts|TestCrashCausesDiagnosed'
 
 .PHONY: test-pitr-full
-test-pitr-full: ## Point-in-time recovery on real pods (root): the recover program on real servers (a target outside the window, a corrupt segment, a drill, archive retention, the archive across a failover), a recovery to T into a new Database with a restore drill, and one across a switchover's timeline change with a corrupt segment that leaves the recovered Database Failed with no pod and the drill failed.
+test-pitr-full: ## Point-in-time recovery on real pods (root): the recover program on real servers (a target outside the window, a corrupt segment, a drill, archive retention, the archive across a failover; MariaDB's binary log archived and replayed to a time, a GTID and the end, a corrupt file), a recovery to T into a new Database with a restore drill (and a MariaDB one), and one across a switchover's timeline change with a corrupt segment that leaves the recovered Database Failed with no pod and the drill failed.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); \
-	go test -count=1 -v -timeout 10m -run 'TestPostgresPointInTimeRecovery|TestArchiveAcrossFailover' ./tests/backup/ && \
+	go test -count=1 -v -timeout 10m -run 'TestPostgresPointInTimeRecovery|TestArchiveAcrossFailover|TestMariaDBPointInTimeRecovery' ./tests/backup/ && \
 	E2E_FULL=1 LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" go test -count=1 -parallel 2 -v -timeout 30m ./tests/e2e/ \
-		-run 'TestPointInTimeRecovery|TestContinuousArchiving'
+		-run 'TestPointInTimeRecovery|TestContinuousArchiving|TestMariaDBPointInTimeRecovery'
 
 PITR_RUNS ?= 5
 .PHONY: bench-pitr
-bench-pitr: ## PostgreSQL's recovery point, PITR_RUNS times: a Database archiving with a 10 s timeout loses its primary's machine under writes and is deleted with its volumes; the latest moment is recovered into a new Database; acknowledged writes lost and the recovery point per run, p50 and max (real pods; root).
+bench-pitr: ## The recovery point of PostgreSQL and of MariaDB, PITR_RUNS times each: a Database archiving with a 10 s timeout loses its primary's machine under writes and is deleted with its volumes; the latest moment is recovered into a new Database; acknowledged writes lost and the recovery point per run, p50 and max, and the replay's rate (real pods; root).
 	@BIN=$$(hack/build-tools.sh cluster); \
-	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'BenchmarkRecoveryPoint' -benchtime=$(PITR_RUNS)x -timeout 60m ./tests/e2e/
+	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'BenchmarkRecoveryPoint|BenchmarkMariaDBRecoveryPoint' -benchtime=$(PITR_RUNS)x -timeout 90m ./tests/e2e/
 
 .PHONY: test-full
 test-full: test test-faults test-pitr-full test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite on the oldest supported Kubernetes.

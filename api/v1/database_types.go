@@ -315,6 +315,7 @@ const (
 const (
 	ReasonWALArchived         = "WALArchived"
 	ReasonBinlogArchived      = "BinlogArchived"
+	ReasonArchiveGap          = "ArchiveGap"
 	ReasonArchivingFailing    = "ArchivingFailing"
 	ReasonArchivingNotStarted = "ArchivingNotStarted"
 	ReasonNothingArchivedYet  = "NothingArchivedYet"

@@ -69,35 +69,40 @@ type binlogServer interface {
 // binlogInterval is how often the archiver looks for finished files.
 const binlogInterval = time.Second
 
-// binlogLoop archives the binary logs while this server is the writable
-// primary: each finished file, and the current one at most the archive
-// timeout after a write (binlog.Archiver). A promoted replica's first
-// round archives the files it wrote as a replica too (they hold the old
-// primary's transactions: log_slave_updates), so the archive follows the
-// primary across a failover without a gap.
+// binlogLoop archives the binary logs while this server is the primary:
+// writable, and this pod holds the primary Lease (a primary that lost it
+// is about to be fenced: what it writes now is not the Database's
+// history). Each finished file goes to the archive, and the current one
+// at most the archive timeout after a write (binlog.Archiver). A promoted
+// replica's first round archives the files it wrote as a replica too
+// (they hold the old primary's transactions: log_slave_updates), so the
+// archive follows the primary across a failover without a gap.
 func (a *Agent) binlogLoop(ctx context.Context) {
 	if a.cfg.BinlogArchive == nil {
 		return
 	}
 	var inst engine.Instance
-	closeInst := func() {
+	defer func() {
 		if inst != nil {
 			inst.Close()
-			inst = nil
 		}
-	}
-	defer closeInst()
+	}()
 	var lastErr string
 	for ctx.Err() == nil {
 		a.mu.Lock()
-		primary := a.writable && a.running
+		primary := a.writable && a.running && a.holdsLocked()
 		a.mu.Unlock()
 		if primary {
 			err := a.archiveBinlogs(ctx, &inst)
+			if err != nil {
+				if inst != nil { // connect again next round
+					inst.Close()
+					inst = nil
+				}
+			}
 			switch {
 			case err != nil && err.Error() != lastErr:
 				a.cfg.Log.Error(err, "archiving the binary log (retried every second; the server keeps its files meanwhile)")
-				closeInst()
 			case err == nil && lastErr != "":
 				a.cfg.Log.Info("archiving the binary log works again")
 			}
@@ -113,41 +118,57 @@ func (a *Agent) binlogLoop(ctx context.Context) {
 	}
 }
 
+// binlogFailed records a failure outside the archiver's own rounds (the
+// server unreachable, its data directory unreadable): the operator's
+// condition turns False with it as with a failed upload.
+func (a *Agent) binlogFailed(err error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.binlogs == nil {
+		a.binlogs = &binlog.Archiver{Log: a.cfg.Log} // holds the status until the archiver starts
+	}
+	a.binlogs.Fail("", err)
+	return err
+}
+
 func (a *Agent) archiveBinlogs(ctx context.Context, inst *engine.Instance) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	if *inst == nil {
 		var err error
 		if *inst, err = a.openLocal(ctx, 30*time.Second); err != nil {
-			return err
+			return a.binlogFailed(fmt.Errorf("connecting to the server: %w", err))
 		}
 	}
 	srv, ok := (*inst).(binlogServer)
 	if !ok {
-		return fmt.Errorf("the %s engine keeps no binary log", a.cfg.Engine)
+		return a.binlogFailed(fmt.Errorf("the %s engine keeps no binary log", a.cfg.Engine))
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	dir, data, err := srv.BinaryLogDir(sctx)
+	cancel()
+	if err != nil {
+		return a.binlogFailed(err)
+	}
+	// Read every round: a data directory made again (a rebuilt
+	// instance) has a new source, and its file names start over.
+	source, err := binlogSource(data, a.cfg.Pod)
+	if err != nil {
+		return a.binlogFailed(err)
 	}
 	a.mu.Lock()
 	r := a.binlogs
-	a.mu.Unlock()
-	if r == nil {
-		dir, data, err := srv.BinaryLogDir(ctx)
-		if err != nil {
-			return err
-		}
-		source, err := binlogSource(data, a.cfg.Pod)
-		if err != nil {
-			return err
-		}
+	if r == nil || r.Source != source || r.Dir != dir {
 		timeout := a.cfg.BinlogTimeout
 		if timeout <= 0 {
 			timeout = time.Minute
 		}
-		r = &binlog.Archiver{Archive: *a.cfg.BinlogArchive, Source: source, Dir: dir, Timeout: timeout, Log: a.cfg.Log}
-		a.mu.Lock()
-		a.binlogs = r
-		a.mu.Unlock()
+		fresh := &binlog.Archiver{Archive: *a.cfg.BinlogArchive, Source: source, Dir: dir, Timeout: timeout, Log: a.cfg.Log}
+		if r != nil {
+			fresh.Carry(r) // the failures counted so far
+		}
+		r, a.binlogs = fresh, fresh
 		a.cfg.Log.Info("archiving the binary log", "source", source, "dir", dir, "timeout", timeout)
 	}
+	a.mu.Unlock()
 	r.Server = srv
 	return r.Once(ctx)
 }
@@ -202,7 +223,7 @@ func (a *Agent) serveArchiver(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	st := BinlogArchiving{Enabled: a.cfg.BinlogArchive != nil}
 	if a.binlogs != nil {
-		st.Active, st.Source, st.Status = true, a.binlogs.Source, a.binlogs.Status()
+		st.Active, st.Source, st.Status = a.binlogs.Source != "", a.binlogs.Source, a.binlogs.Status()
 	}
 	a.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")

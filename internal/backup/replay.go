@@ -62,7 +62,7 @@ func (f *binlogFlags) prepare(ctx context.Context, o RestoreOptions, log io.Writ
 	if err != nil || len(from) == 0 {
 		return nil, fail(ReasonInvalid, "backup %s records no GTID position (%q) to replay the binary log from: %v", o.Path, m.Position, err)
 	}
-	p, err := binlog.Prepare(ctx, binlog.ReplayOptions{Archive: binlog.Archive{Store: o.Store, Prefix: f.archive}, From: from, Taken: m.StartedAt,
+	p, err := binlog.Prepare(ctx, binlog.ReplayOptions{Archive: binlog.Archive{Store: o.Store, Prefix: f.archive}, From: from, Taken: m.CompletedAt,
 		Target: f.target, Client: o.Server.BinlogClient(), Scratch: o.Scratch,
 		Logf: func(format string, args ...any) { fmt.Fprintf(log, "restore: "+format+"\n", args...) }})
 	switch {

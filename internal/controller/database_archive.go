@@ -138,6 +138,11 @@ const archiveCheckInterval = 30 * time.Second
 type archiveState struct {
 	status          metav1.ConditionStatus
 	reason, message string
+	// gap, for MariaDB, is the last gap in the binary log archive the
+	// primary's agent found (a file lost before it was archived), and
+	// gapAt when: no recovery crosses it until a Backup completes after.
+	gap   string
+	gapAt time.Time
 	// lastArchived is when the primary last archived a segment (zero
 	// when unknown): status.lastRecoverableTime.
 	lastArchived time.Time
@@ -173,7 +178,7 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	if primary == "" || pod == nil || !podStarted(pod) {
 		return unknown(dbv1.ReasonArchiverUnreadable, "the primary %q does not run: its archiver cannot be read", primary)
 	}
-	a, err := r.archiverOf(ctx, db, obs, pod)
+	a, extra, err := r.archiverOf(ctx, db, obs, pod)
 	mariadb := db.Spec.Engine == dbv1.EngineMariaDB
 	switch {
 	case err != nil:
@@ -183,9 +188,13 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	case a.Mode == "off":
 		return unknown(dbv1.ReasonArchivingNotStarted, "%s runs without archive_mode yet: it starts archiving once restarted with it (the pods roll)", primary)
 	case a.Failing() && mariadb:
-		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
-			"%s fails to archive the binary log file %s (last attempt %s, %d failures since the agent started; %s): the server keeps its binary logs %s (binlog_expire_logs_seconds), "+
-				"after which what was not archived is lost to point-in-time recovery; the reason is in the agent's log", primary, a.LastFailed, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, lastArchivedText(a), binlogKept)}
+		what := "its binary log"
+		if a.LastFailed != "" {
+			what = "the binary log file " + a.LastFailed
+		}
+		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, lastArchived: extra.closedAt, message: fmt.Sprintf(
+			"%s fails to archive %s (%s; last attempt %s, %d failures since the agent started; %s): the server keeps its binary logs %s (binlog_expire_logs_seconds), "+
+				"after which what was not archived is lost to point-in-time recovery", primary, what, extra.lastError, a.LastFailedAt.UTC().Format(time.RFC3339), a.Failed, lastArchivedText(a), binlogKept)}
 	case a.Failing():
 		return &archiveState{status: metav1.ConditionFalse, reason: dbv1.ReasonArchivingFailing, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 			"%s fails to archive %s (last attempt %s, %d failures since it started; %s): it keeps every WAL file from it on until the target takes them, and its volume fills; "+
@@ -195,11 +204,14 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	case a.Archived == 0:
 		return unknown(dbv1.ReasonNothingArchivedYet, "%s has completed no WAL segment since it started (one closes when full, or archive_timeout after a write)", primary)
 	}
-	reason := dbv1.ReasonWALArchived
 	if mariadb {
-		reason = dbv1.ReasonBinlogArchived
+		// The archive holds every transaction before the last file's
+		// close, not its upload (a promoted replica uploads old files).
+		return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonBinlogArchived, lastArchived: extra.closedAt, gap: extra.gap, gapAt: extra.gapAt,
+			message: fmt.Sprintf("%s archived the binary log file %s at %s, closed at %s (%d files since its agent started)", primary, a.LastArchived,
+				a.LastArchivedAt.UTC().Format(time.RFC3339), extra.closedAt.UTC().Format(time.RFC3339), a.Archived)}
 	}
-	return &archiveState{status: metav1.ConditionTrue, reason: reason, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
+	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 }
 
@@ -217,41 +229,48 @@ func lastArchivedText(a engine.Archiver) string {
 // archiverOf reads the primary's archiver: PostgreSQL's from the server
 // (pg_stat_archiver), MariaDB's from its agent, which archives the binary
 // log.
-func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, obs *observed, pod *corev1.Pod) (engine.Archiver, error) {
+// binlogExtra is what a MariaDB agent's archiver says beyond engine.Archiver.
+type binlogExtra struct {
+	closedAt, gapAt time.Time
+	gap, lastError  string
+}
+
+func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, obs *observed, pod *corev1.Pod) (engine.Archiver, binlogExtra, error) {
 	if db.Spec.Engine == dbv1.EnginePostgreSQL {
 		inst, err := obs.instances.get(ctx, pod)
 		if err != nil {
-			return engine.Archiver{}, err
+			return engine.Archiver{}, binlogExtra{}, err
 		}
-		return inst.Archiver(ctx)
+		a, err := inst.Archiver(ctx)
+		return a, binlogExtra{}, err
 	}
 	if r.Archivers == nil {
-		return engine.Archiver{}, errors.New("the operator does not reach the agents")
+		return engine.Archiver{}, binlogExtra{}, errors.New("the operator does not reach the agents")
 	}
 	ep, err := obs.instances.endpoint(ctx, pod)
 	if err != nil {
-		return engine.Archiver{}, err
+		return engine.Archiver{}, binlogExtra{}, err
 	}
 	repl, err := obs.instances.replication(ctx)
 	if err != nil {
-		return engine.Archiver{}, err
+		return engine.Archiver{}, binlogExtra{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var opts engine.Options
 	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
-		return engine.Archiver{}, err
+		return engine.Archiver{}, binlogExtra{}, err
 	}
 	st, err := r.Archivers(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
 	if err != nil {
-		return engine.Archiver{}, err
+		return engine.Archiver{}, binlogExtra{}, err
 	}
 	a := engine.Archiver{Mode: "on", Archived: st.Archived, LastArchived: st.LastArchived, LastArchivedAt: st.LastArchivedAt,
 		Failed: st.Failed, LastFailed: st.LastFailed, LastFailedAt: st.LastFailedAt}
 	if !st.Enabled {
 		a.Mode = "off"
 	}
-	return a, nil
+	return a, binlogExtra{closedAt: st.LastClosedAt, gap: st.LastGap, gapAt: st.LastGapAt, lastError: st.LastError}, nil
 }
 
 // setArchiveCondition sets ContinuousArchiving from what the Archive phase
@@ -260,6 +279,10 @@ func setArchiveCondition(st *dbv1.DatabaseStatus, db *dbv1.Database, obs *observ
 	switch {
 	case !archives(db):
 		meta.RemoveStatusCondition(&st.Conditions, dbv1.ConditionContinuousArchiving)
+	case obs.archive != nil && obs.archive.gap != "" && (obs.lastSuccessfulBackup == nil || obs.lastSuccessfulBackup.Time.Before(obs.archive.gapAt)):
+		// A gap is never silent: False until a Backup completes after it.
+		setCondition(st, db, dbv1.ConditionContinuousArchiving, metav1.ConditionFalse, dbv1.ReasonArchiveGap, fmt.Sprintf(
+			"the binary log archive has a gap (%s, found %s): no recovery crosses it; take a Backup now to restore to moments after it", obs.archive.gap, obs.archive.gapAt.UTC().Format(time.RFC3339)))
 	case obs.archive != nil:
 		setCondition(st, db, dbv1.ConditionContinuousArchiving, obs.archive.status, obs.archive.reason, obs.archive.message)
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
@@ -253,5 +254,33 @@ func TestRecoverabilityWindow(t *testing.T) {
 	setRecoverability(st, newDB(dbv1.EnginePostgreSQL), obs)
 	if st.FirstRecoverabilityPoint != nil || st.LastRecoverableTime != nil {
 		t.Errorf("a window without archiving: %v to %v", st.FirstRecoverabilityPoint, st.LastRecoverableTime)
+	}
+}
+
+// A gap in MariaDB's binary log archive (a file lost before it was
+// archived) turns ContinuousArchiving False until a Backup completes
+// after it: no recovery crosses it, and that must not be silent.
+func TestArchiveGapCondition(t *testing.T) {
+	db := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+	})
+	gapAt := time.Date(2026, 12, 7, 8, 0, 0, 0, time.UTC)
+	archive := &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonBinlogArchived, message: "archived",
+		gap: "binlog.000009 begins at 0-1-90, the file archived before it ended at 0-1-70", gapAt: gapAt}
+	for _, tt := range []struct {
+		name       string
+		lastBackup *metav1.Time
+		want       metav1.ConditionStatus
+	}{
+		{"no backup since", ptr.To(metav1.NewTime(gapAt.Add(-time.Hour))), metav1.ConditionFalse},
+		{"no backup at all", nil, metav1.ConditionFalse},
+		{"a backup after it", ptr.To(metav1.NewTime(gapAt.Add(time.Minute))), metav1.ConditionTrue},
+	} {
+		st := &dbv1.DatabaseStatus{}
+		setArchiveCondition(st, db, &observed{archive: archive, lastSuccessfulBackup: tt.lastBackup})
+		c := meta.FindStatusCondition(st.Conditions, dbv1.ConditionContinuousArchiving)
+		if c == nil || c.Status != tt.want || (tt.want == metav1.ConditionFalse) != (c.Reason == dbv1.ReasonArchiveGap && strings.Contains(c.Message, "binlog.000009")) {
+			t.Errorf("%s: %+v", tt.name, c)
+		}
 	}
 }

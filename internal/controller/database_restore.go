@@ -266,9 +266,11 @@ func binlogReplayArgs(db *dbv1.Database, b *dbv1.Backup, now time.Time) (args []
 		return nil, "a recovery target needs bootstrap.backup: a Backup records the binary log archive to replay"
 	case b.Status.ArchivePath == "":
 		return nil, fmt.Sprintf("Backup %s has no binary log archive (its Database did not archive, or it went to another target): it restores only as it was taken; remove recoveryTarget for that", b.Name)
-	case !at.IsZero() && b.Status.StartedAt != nil && at.Before(b.Status.StartedAt.Time):
-		return nil, fmt.Sprintf("recovery target %s is before Backup %s was taken (%s): pick a later moment or an earlier Backup",
-			t.Time, b.Name, b.Status.StartedAt.UTC().Format(time.RFC3339))
+	case !at.IsZero() && b.Status.CompletedAt != nil && at.Before(b.Status.CompletedAt.Time):
+		// The dump's snapshot is at some moment while it ran: it may
+		// hold transactions after a target before its end.
+		return nil, fmt.Sprintf("recovery target %s is before Backup %s completed (%s): pick a later moment or an earlier Backup",
+			t.Time, b.Name, b.Status.CompletedAt.UTC().Format(time.RFC3339))
 	case at.After(now):
 		return nil, fmt.Sprintf("recovery target %s is in the future", t.Time)
 	}

@@ -80,8 +80,8 @@ func TestRestoreSourceOutcomes(t *testing.T) {
 func TestBinlogReplayArgs(t *testing.T) {
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	taken := metav1.NewTime(now.Add(-time.Hour))
-	archived := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b1"}, Status: dbv1.BackupStatus{ArchivePath: "shop/orders/_binlog/uid-1", StartedAt: &taken}}
-	plain := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b0"}, Status: dbv1.BackupStatus{StartedAt: &taken}}
+	archived := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b1"}, Status: dbv1.BackupStatus{ArchivePath: "shop/orders/_binlog/uid-1", CompletedAt: &taken}}
+	plain := &dbv1.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b0"}, Status: dbv1.BackupStatus{CompletedAt: &taken}}
 	for _, tt := range []struct {
 		name            string
 		engine          dbv1.Engine
@@ -96,7 +96,7 @@ func TestBinlogReplayArgs(t *testing.T) {
 		{name: "to a GTID", engine: dbv1.EngineMariaDB, backup: archived, target: &dbv1.RecoveryTarget{GTID: "0-1001-57"},
 			want: "--binlog-archive=shop/orders/_binlog/uid-1 --target-gtid=0-1001-57"},
 		{name: "a target without an archive", engine: dbv1.EngineMariaDB, backup: plain, target: &dbv1.RecoveryTarget{GTID: "0-1001-57"}, refusalIs: "has no binary log archive"},
-		{name: "a moment before the backup", engine: dbv1.EngineMariaDB, backup: archived, target: &dbv1.RecoveryTarget{Time: "2026-12-07T10:00:00Z"}, refusalIs: "before Backup b1 was taken"},
+		{name: "a moment before the backup", engine: dbv1.EngineMariaDB, backup: archived, target: &dbv1.RecoveryTarget{Time: "2026-12-07T10:00:00Z"}, refusalIs: "before Backup b1 completed"},
 		{name: "a moment to come", engine: dbv1.EngineMariaDB, backup: archived, target: &dbv1.RecoveryTarget{Time: "2026-12-07T13:00:00Z"}, refusalIs: "in the future"},
 		{name: "a source path", engine: dbv1.EngineMariaDB, target: &dbv1.RecoveryTarget{GTID: "0-1001-57"}, refusalIs: "needs bootstrap.backup"},
 		{name: "PostgreSQL recovers in its own phase", engine: dbv1.EnginePostgreSQL, backup: archived},

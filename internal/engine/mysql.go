@@ -747,3 +747,18 @@ func BinaryLogs(ctx context.Context, db *sql.DB) ([]BinaryLog, error) {
 	}
 	return out, rows.Err()
 }
+
+// BinlogPosition reads @@gtid_binlog_pos (MariaDB): the last transaction
+// the server logged in each domain.
+func BinlogPosition(ctx context.Context, db *sql.DB) (string, error) {
+	var pos string
+	if err := db.QueryRowContext(ctx, "SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
+		return "", fmt.Errorf("reading the binary log position: %w", err)
+	}
+	return pos, nil
+}
+
+// BinlogPosition reads the server's @@gtid_binlog_pos.
+func (m *mysqlFamily) BinlogPosition(ctx context.Context) (string, error) {
+	return BinlogPosition(ctx, m.db)
+}

@@ -140,8 +140,20 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	stopArchiver()
 	<-archived
 	archiveAll(t, ctx, primary, archiver)
-	if st := archiver.Status(); st.Archived < 3 || st.Failing() {
-		t.Fatalf("archiver: %+v, want files archived every second of writes, none failing", st)
+	if st := archiver.Status(); st.Archived < 3 || st.Failing() || st.Gaps > 0 {
+		t.Fatalf("archiver: %+v, want files archived every second of writes, none failing, no gap", st)
+	}
+	// An idle server is left alone: its new file grows by itself (the
+	// server's checkpoint event) but holds no write to wait.
+	idle := archiver.Status().Archived
+	for range 6 {
+		time.Sleep(500 * time.Millisecond)
+		if err := archiver.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := archiver.Status(); st.Archived != idle {
+		t.Errorf("an idle server's binary log was closed and archived %d times in 3 s (timeout 1 s)", st.Archived-idle)
 	}
 	from, err := binlog.ParsePosition(m.Position)
 	if err != nil || len(from) == 0 {

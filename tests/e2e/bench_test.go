@@ -224,3 +224,42 @@ func BenchmarkRecoveryPoint(b *testing.B) {
 	fmt.Printf("recovery point over %d runs (archive timeout 10 s): p50 %s, max %s; acknowledged writes lost p50 %d, max %d\n",
 		len(points), points[len(points)/2].Round(time.Millisecond), points[len(points)-1].Round(time.Millisecond), lost[len(lost)/2], lost[len(lost)-1])
 }
+
+// BenchmarkMariaDBRecoveryPoint is BenchmarkRecoveryPoint for MariaDB: its
+// binary log archived by the primary's agent (timeout 10 s), the primary's
+// machine lost under writes, the Database deleted with its volumes, the
+// latest moment the archive holds restored from a dump into a new
+// Database. It prints the recovery point and the replay's rate.
+func BenchmarkMariaDBRecoveryPoint(b *testing.B) {
+	var points []time.Duration
+	var lost []int
+	var rates []float64
+	for i := 0; i < b.N; i++ {
+		p := newMariaPITRSource(b, fmt.Sprintf("mrpo%d", i))
+		p.backup("base")
+		n, point, msg := p.recoveryPoint("base", fmt.Sprintf("mrpo%d-latest", i), 25*time.Second)
+		b.Logf("run %d: %d acknowledged writes lost, recovery point %s", i+1, n, point.Round(time.Millisecond))
+		points, lost = append(points, point), append(lost, n)
+		if m := replayRate.FindStringSubmatch(msg); m != nil {
+			tx, _ := strconv.ParseFloat(m[1], 64)
+			if d, err := time.ParseDuration(m[2]); err == nil && d > 0 {
+				rates = append(rates, tx/d.Seconds())
+			}
+		}
+	}
+	if len(rates) > 0 {
+		slices.Sort(rates)
+		b.ReportMetric(rates[len(rates)/2], "replay-tx/s-p50")
+		fmt.Printf("binary log replay over %d runs: p50 %.0f transactions/s (min %.0f)\n", len(rates), rates[len(rates)/2], rates[0])
+	}
+	slices.Sort(points)
+	slices.Sort(lost)
+	b.ReportMetric(points[len(points)/2].Seconds(), "rpo-p50-s")
+	b.ReportMetric(points[len(points)-1].Seconds(), "rpo-max-s")
+	b.ReportMetric(float64(lost[len(lost)/2]), "lost-writes-p50")
+	fmt.Printf("MariaDB recovery point over %d runs (archive timeout 10 s): p50 %s, max %s; acknowledged writes lost p50 %d, max %d\n",
+		len(points), points[len(points)/2].Round(time.Millisecond), points[len(points)-1].Round(time.Millisecond), lost[len(lost)/2], lost[len(lost)-1])
+}
+
+// replayRate reads the restore's binary log replay from its result.
+var replayRate = regexp.MustCompile(`replayed ([0-9]+) transactions of the binary log \([^)]*applied in ([^ )]+)\)`)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -59,26 +61,64 @@ type File struct {
 
 func (f File) String() string { return f.Source + "/" + f.Name }
 
-// Push archives the binary log file at file, which the server must have
-// closed, for source. Pushing the same contents again is accepted;
-// other contents under the same name are refused (wal.ErrConflict).
+// Push archives the binary log file at file for source: one the server
+// finished (it writes a later one). A file it closed is archived whole; one
+// it was writing when it crashed (still flagged in use, perhaps ending in
+// half an event) up to its last whole event. Pushing the same contents
+// again is accepted; other contents under the same name are refused
+// (wal.ErrConflict).
 func (a Archive) Push(ctx context.Context, source, file string) (File, error) {
 	arch, err := a.source(source)
 	if err != nil {
 		return File{}, err
 	}
 	info, err := ScanFile(file)
+	if err == nil && info.Closed {
+		e, err := arch.PushInfo(ctx, file, info)
+		if err != nil {
+			return File{}, err
+		}
+		return File{Source: source, Entry: e, Info: info}, nil
+	}
+	// Not closed: the server crashed while writing it.
+	if info, err = scanOpen(file); err != nil {
+		return File{}, err
+	}
+	info.ClosedAt = info.Last
+	whole, err := wholePart(file, info.Size)
 	if err != nil {
 		return File{}, err
 	}
-	if !info.Closed {
-		return File{}, fmt.Errorf("%s: the server has not closed it: only a finished binary log is archived", filepath.Base(file))
-	}
-	e, err := arch.PushInfo(ctx, file, info)
+	defer func() { _ = os.RemoveAll(filepath.Dir(whole)) }()
+	e, err := arch.PushInfo(ctx, whole, info)
 	if err != nil {
 		return File{}, err
 	}
 	return File{Source: source, Entry: e, Info: info}, nil
+}
+
+// wholePart copies the first size bytes of file to a file of the same
+// name in a new temporary directory.
+func wholePart(file string, size int64) (string, error) {
+	dir, err := os.MkdirTemp("", "binlog-crashed-")
+	if err != nil {
+		return "", err
+	}
+	in, err := os.Open(file)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = in.Close() }()
+	dest := filepath.Join(dir, filepath.Base(file))
+	out, err := os.Create(dest)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.CopyN(out, in, size); err != nil {
+		_ = out.Close()
+		return "", err
+	}
+	return dest, out.Close()
 }
 
 // List returns every archived file, by source and, within a source, in the
@@ -154,21 +194,21 @@ func Chain(files map[string][]File, from Position) ([]File, error) {
 	for source, fs := range files {
 		start := -1
 		for i, f := range fs {
-			if from.Covers(f.Info.Start) {
+			if from.Covers(StartOf(f.Info)) {
 				start = i // the latest file beginning at or before from
 			}
 		}
 		if start < 0 {
 			if len(fs) > 0 {
-				why = append(why, fmt.Sprintf("%s begins at %s, after it", source, fs[0].Info.Start))
+				why = append(why, fmt.Sprintf("%s begins at %s, after it", source, StartOf(fs[0].Info)))
 			}
 			continue
 		}
 		run := []File{fs[start]}
 		for _, f := range fs[start+1:] {
-			if !samePosition(f.Info.Start, run[len(run)-1].Info.End) {
+			if !samePosition(StartOf(f.Info), run[len(run)-1].Info.End) {
 				why = append(why, fmt.Sprintf("%s has a gap before %s (%s ends at %s, %s begins at %s)", source, f.Name,
-					run[len(run)-1].Name, run[len(run)-1].Info.End, f.Name, f.Info.Start))
+					run[len(run)-1].Name, run[len(run)-1].Info.End, f.Name, StartOf(f.Info)))
 				break
 			}
 			run = append(run, f)
@@ -190,13 +230,41 @@ func Chain(files map[string][]File, from Position) ([]File, error) {
 	return best, nil
 }
 
-// later orders two runs' last files: the one whose end covers the other's
-// and more, else the one closed later.
+// later orders two runs' last files: the one closed later (the latest
+// primary's: after a failover the old primary's unreplicated
+// transactions, archived before it died, are not the Database's history,
+// though their sequence numbers may run further), then the one whose end
+// covers the other's.
 func later(a, b File) bool {
-	if a.Info.End.Covers(b.Info.End) != b.Info.End.Covers(a.Info.End) {
-		return a.Info.End.Covers(b.Info.End)
+	if !a.Info.ClosedAt.Equal(b.Info.ClosedAt) {
+		return a.Info.ClosedAt.After(b.Info.ClosedAt)
 	}
-	return a.Info.Closed && a.Info.ClosedAt.After(b.Info.ClosedAt)
+	return a.Info.End.Covers(b.Info.End) && !b.Info.End.Covers(a.Info.End)
 }
 
-func samePosition(a, b Position) bool { return a.Covers(b) && b.Covers(a) }
+// StartOf is where a file's transactions begin: its GTID list, and for a
+// domain the list lacks, just before the file's first transaction there.
+func StartOf(info Info) Position {
+	p := maps(info.Start)
+	for d, g := range info.FirstGTIDs {
+		if _, ok := p[d]; !ok && g.Sequence > 1 { // 1: the domain's first ever
+			p[d] = GTID{Domain: d, Server: g.Server, Sequence: g.Sequence - 1}
+		}
+	}
+	return p
+}
+
+// samePosition: the same transaction last in every domain (sequence and
+// server: two servers' diverged lines may share sequence numbers).
+func samePosition(a, b Position) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for d, g := range a {
+		h, ok := b[d]
+		if !ok || g != h {
+			return false
+		}
+	}
+	return true
+}

@@ -25,6 +25,8 @@ type Server interface {
 	BinaryLogs(ctx context.Context) ([]LogFile, error)
 	// FlushBinaryLogs closes the current file and starts the next.
 	FlushBinaryLogs(ctx context.Context) error
+	// BinlogPosition is @@gtid_binlog_pos: it moves with every write.
+	BinlogPosition(ctx context.Context) (string, error)
 }
 
 // SQLServer is a Server over a database/sql connection pool (tests).
@@ -43,16 +45,30 @@ func (s SQLServer) FlushBinaryLogs(ctx context.Context) error {
 	return nil
 }
 
+// BinlogPosition reads @@gtid_binlog_pos.
+func (s SQLServer) BinlogPosition(ctx context.Context) (string, error) {
+	return engine.BinlogPosition(ctx, s.DB)
+}
+
 // Status is what an archiver did since it started (the agent's metrics
 // and the operator's ContinuousArchiving condition read it).
 type Status struct {
 	Archived       int64
 	LastArchived   string
 	LastArchivedAt time.Time
-	Failed         int64
-	LastFailed     string
-	LastFailedAt   time.Time
-	LastError      string
+	// LastClosedAt is when the last archived file was closed: the archive
+	// holds every transaction before it.
+	LastClosedAt time.Time
+	Failed       int64
+	LastFailed   string
+	LastFailedAt time.Time
+	LastError    string
+	// Gaps counts files that did not begin where the one archived before
+	// ended (a file deleted before it was archived): no recovery crosses
+	// one. LastGap says where, LastGapAt when it was found.
+	Gaps      int64
+	LastGap   string
+	LastGapAt time.Time
 }
 
 // Failing says whether the last attempt failed.
@@ -77,11 +93,13 @@ type Archiver struct {
 	mu     sync.Mutex
 	status Status
 	done   map[string]bool // files archived (or found archived) already
-	// current is the file the server writes; size its size when the
-	// archiver first saw it or closed the one before; dirty when it
-	// first saw it grow since.
+	// lastEnd is where the last file archived ended (nil: none yet).
+	lastEnd Position
+	// current is the file the server writes, pos the server's GTID
+	// position when the archiver began watching it (or closed the one
+	// before); dirty when it first saw the position move since.
 	current string
-	size    int64
+	pos     string
 	dirty   time.Time
 }
 
@@ -97,6 +115,25 @@ func (r *Archiver) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.status
+}
+
+// Fail records a failure of what (a file, or a step) with err: every
+// failure counts, not only an upload's, so the operator's condition turns
+// False whatever stops the archive.
+func (r *Archiver) Fail(what string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status.Failed++
+	r.status.LastFailed, r.status.LastFailedAt, r.status.LastError = what, r.now(), err.Error()
+}
+
+// Carry takes over another archiver's status: its counts and its last
+// failure (the agent's archiver for a data directory made again).
+func (r *Archiver) Carry(old *Archiver) {
+	st := old.Status()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status = st
 }
 
 // Run archives every interval until ctx ends. Failures are retried (the
@@ -117,10 +154,36 @@ func (r *Archiver) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// sqlTimeout bounds each statement the archiver runs.
+const sqlTimeout = 30 * time.Second
+
 // Once archives the finished files not archived yet, then closes the
-// current file when a write has waited Timeout.
+// current file when a write has waited Timeout. A failure is recorded
+// (Fail) and returned.
 func (r *Archiver) Once(ctx context.Context) error {
-	files, err := r.Server.BinaryLogs(ctx)
+	err := r.once(ctx)
+	var fe *fileError
+	switch {
+	case errors.As(err, &fe):
+		r.Fail(fe.file, fe.err)
+	case err != nil:
+		r.Fail("", err)
+	}
+	return err
+}
+
+type fileError struct {
+	file string
+	err  error
+}
+
+func (e *fileError) Error() string { return fmt.Sprintf("archiving %s: %v", e.file, e.err) }
+func (e *fileError) Unwrap() error { return e.err }
+
+func (r *Archiver) once(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, sqlTimeout)
+	files, err := r.Server.BinaryLogs(sctx)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -131,37 +194,55 @@ func (r *Archiver) Once(ctx context.Context) error {
 		return err
 	}
 	cur := files[len(files)-1]
+	sctx, cancel = context.WithTimeout(ctx, sqlTimeout)
+	defer cancel()
+	// The GTID position moves with every write, and only then (the size
+	// of the file does not: the server adds a checkpoint event to a new
+	// file by itself).
+	pos, err := r.Server.BinlogPosition(sctx)
+	if err != nil {
+		return err
+	}
 	now := r.now()
 	switch {
 	case cur.Name != r.current:
 		// First seen: a write may wait in it already (the agent
 		// restarted), so it counts as written from now unless it holds
 		// no transaction.
-		r.current, r.size, r.dirty = cur.Name, cur.Size, time.Time{}
+		r.current, r.pos, r.dirty = cur.Name, pos, time.Time{}
 		if info, err := scanOpen(filepath.Join(r.Dir, cur.Name)); err != nil || info.Transactions > 0 {
 			r.dirty = now
 		}
-	case cur.Size != r.size && r.dirty.IsZero():
+	case pos != r.pos && r.dirty.IsZero():
 		r.dirty = now
 	}
 	if r.dirty.IsZero() || now.Sub(r.dirty) < r.Timeout {
 		return nil
 	}
-	if err := r.Server.FlushBinaryLogs(ctx); err != nil {
+	// The position before the flush: a write after it lands in the new
+	// file and moves the position again.
+	if err := r.Server.FlushBinaryLogs(sctx); err != nil {
 		return err
 	}
 	r.Log.V(1).Info("closed the binary log for archiving", "file", cur.Name, "waited", now.Sub(r.dirty).Round(time.Millisecond))
-	if files, err = r.Server.BinaryLogs(ctx); err != nil {
+	if files, err = r.Server.BinaryLogs(sctx); err != nil {
 		return err
 	}
-	last := files[len(files)-1]
-	r.current, r.size, r.dirty = last.Name, last.Size, time.Time{}
+	r.current, r.pos, r.dirty = files[len(files)-1].Name, pos, time.Time{}
 	return r.archive(ctx, files[:len(files)-1])
+}
+
+// fileDeadline bounds one file's upload: a minute, and a second for every
+// 512 KiB (a 1 GiB file: 35 minutes).
+func fileDeadline(size int64) time.Duration {
+	return time.Minute + time.Duration(size/(512<<10))*time.Second
 }
 
 // archive pushes the finished files in order, stopping at the first
 // failure: a later file archived before an earlier one would leave a gap
-// that the archive's reader would have to tell from a pruned file.
+// that the archive's reader would have to tell from a pruned file. A file
+// that does not begin where the one before ended is archived all the
+// same, and the gap recorded.
 func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 	if r.done == nil {
 		r.done = map[string]bool{}
@@ -170,16 +251,24 @@ func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 		if r.done[f.Name] {
 			continue
 		}
-		pushed, err := r.Archive.Push(ctx, r.Source, filepath.Join(r.Dir, f.Name))
-		r.mu.Lock()
+		fctx, cancel := context.WithTimeout(ctx, fileDeadline(f.Size))
+		pushed, err := r.Archive.Push(fctx, r.Source, filepath.Join(r.Dir, f.Name))
+		cancel()
 		if err != nil {
-			r.status.Failed++
-			r.status.LastFailed, r.status.LastFailedAt, r.status.LastError = f.Name, r.now(), err.Error()
-			r.mu.Unlock()
-			return fmt.Errorf("archiving %s: %w", f.Name, err)
+			return &fileError{f.Name, err}
 		}
+		start := StartOf(pushed.Info)
+		r.mu.Lock()
+		if r.lastEnd != nil && !samePosition(start, r.lastEnd) {
+			r.status.Gaps++
+			r.status.LastGap = fmt.Sprintf("%s begins at %s, the file archived before it ended at %s", f.Name, start, r.lastEnd)
+			r.status.LastGapAt = r.now()
+			r.Log.Error(nil, "GAP IN THE BINARY LOG ARCHIVE: a file was lost before it was archived; no recovery crosses it until a backup is taken after it",
+				"file", f.Name, "begins", start.String(), "previousEnd", r.lastEnd.String())
+		}
+		r.lastEnd = pushed.Info.End
 		r.status.Archived++
-		r.status.LastArchived, r.status.LastArchivedAt = f.Name, r.now()
+		r.status.LastArchived, r.status.LastArchivedAt, r.status.LastClosedAt = f.Name, r.now(), pushed.Info.ClosedAt
 		r.mu.Unlock()
 		r.done[f.Name] = true
 		r.Log.Info("archived a binary log", "file", f.Name, "bytes", pushed.Size, "transactions", pushed.Info.Transactions, "end", pushed.Info.End.String())

@@ -117,6 +117,11 @@ type Info struct {
 	// End is the GTID state at the file's end: Start advanced by its own
 	// transactions.
 	End Position `json:"end"`
+	// FirstGTIDs is each domain's first transaction in the file. A
+	// server's first file may begin with an empty GTID list although its
+	// data is past it (a replica cloned from a dump logs nothing of the
+	// load): its first transaction says where it really begins.
+	FirstGTIDs Position `json:"firstGTIDs,omitempty"`
 	// Transactions counts its GTID events.
 	Transactions int `json:"transactions"`
 	// First and Last are the times of its first and last transactions
@@ -167,7 +172,7 @@ func scan(r io.Reader, partial bool) (Info, error) {
 	if _, err := io.ReadFull(br, head); err != nil || string(head) != string(magic) {
 		return Info{}, fmt.Errorf("%w: no binary log header", ErrCorrupt)
 	}
-	info := Info{Start: Position{}, End: Position{}, Size: int64(len(magic))}
+	info := Info{Start: Position{}, End: Position{}, FirstGTIDs: Position{}, Size: int64(len(magic))}
 	checksums := false
 	var buf []byte
 	for n := 0; ; n++ {
@@ -207,8 +212,7 @@ func scan(r io.Reader, partial bool) (Info, error) {
 		}
 		body := ev[headerLen:]
 		if checksums {
-			sum := binary.LittleEndian.Uint32(ev[size-4:])
-			if crc32.ChecksumIEEE(ev[:size-4]) != sum {
+			if !checksumOK(ev, typ) {
 				return Info{}, fmt.Errorf("%w: the event at byte %d fails its checksum", ErrCorrupt, at)
 			}
 			body = ev[headerLen : size-4]
@@ -229,6 +233,9 @@ func scan(r io.Reader, partial bool) (Info, error) {
 			}
 			g := GTID{Sequence: binary.LittleEndian.Uint64(body), Domain: binary.LittleEndian.Uint32(body[8:]), Server: server}
 			info.End[g.Domain] = g
+			if _, seen := info.FirstGTIDs[g.Domain]; !seen {
+				info.FirstGTIDs[g.Domain] = g
+			}
 			t := time.Unix(int64(when), 0).UTC()
 			if info.Transactions == 0 {
 				info.First = t
@@ -241,6 +248,23 @@ func scan(r io.Reader, partial bool) (Info, error) {
 		}
 	}
 	return info, nil
+}
+
+// checksumOK verifies an event's CRC32. The server computes a format
+// description's with its in-use flag cleared (it clears the flag in place
+// when it closes the file, and the checksum must hold before and after).
+func checksumOK(ev []byte, typ byte) bool {
+	size := len(ev)
+	sum := binary.LittleEndian.Uint32(ev[size-4:])
+	if crc32.ChecksumIEEE(ev[:size-4]) == sum {
+		return true
+	}
+	if typ != formatDescriptionEvent || ev[17]&logEventBinlogInUse == 0 {
+		return false
+	}
+	c := append([]byte(nil), ev[:size-4]...)
+	c[17] &^= logEventBinlogInUse
+	return crc32.ChecksumIEEE(c) == sum
 }
 
 func maps(p Position) Position {

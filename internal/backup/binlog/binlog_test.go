@@ -30,15 +30,17 @@ func event(when uint32, typ byte, server uint32, flags uint16, body []byte) []by
 	return binary.LittleEndian.AppendUint32(ev, crc32.ChecksumIEEE(ev))
 }
 
+// fde is a format description; one of a file in use has the in-use flag,
+// its checksum computed without it, as the server does.
 func fde(when uint32, inUse bool) []byte {
 	body := make([]byte, 2+50+4+1+5) // version, server version, created, header length, post-headers
 	body = append(body, checksumCRC32)
-	var flags uint16
-	if inUse {
-		flags = logEventBinlogInUse
-	}
 	// The checksum algorithm byte is the body's last before the CRC.
-	return event(when, formatDescriptionEvent, 1, flags, body)
+	ev := event(when, formatDescriptionEvent, 1, 0, body)
+	if inUse {
+		ev[17] |= logEventBinlogInUse
+	}
+	return ev
 }
 
 func gtidListBody(gs ...GTID) []byte {
@@ -178,6 +180,32 @@ func TestChain(t *testing.T) {
 			t.Errorf("from %q: %s %v, want %s", tc.from, names(got), err, tc.want)
 		}
 	}
+	// A replica cloned from a dump logs nothing of the load: its first
+	// file's GTID list is empty though its first transaction is 0-1-41.
+	// It begins there, not before the backup at 0-1-12.
+	clone := archived("c", "binlog.000001", "", "0-1-60", 900)
+	clone.Info.FirstGTIDs = pos(t, "0-1-41")
+	withClone := map[string][]File{"a": files["a"], "c": {clone}}
+	if got, err := Chain(withClone, pos(t, "0-1-12")); err != nil || names(got) != "a/binlog.000002" {
+		t.Errorf("a clone's archive taken to begin before its first transaction: %s %v", names(got), err)
+	}
+	if got, err := Chain(withClone, pos(t, "0-1-45")); err != nil || names(got) != "c/binlog.000001" {
+		t.Errorf("from inside the clone's file: %s %v", names(got), err)
+	}
+	// After a failover the old primary's archive may run further in
+	// sequence numbers (transactions no replica received): the newest
+	// primary's line is the Database's.
+	diverged := map[string][]File{
+		"old": {archived("old", "binlog.000001", "", "0-1-105", 200)},
+		"new": {archived("new", "binlog.000001", "0-1-5", "0-1-100", 150), archived("new", "binlog.000002", "0-1-100", "0-2-103", 300)},
+	}
+	if got, err := Chain(diverged, pos(t, "0-1-50")); err != nil || names(got) != "new/binlog.000001 new/binlog.000002" {
+		t.Errorf("diverged lines: %s %v, want the newest primary's", names(got), err)
+	}
+	// The same sequence number by another server is not the same point.
+	if samePosition(pos(t, "0-1-100"), pos(t, "0-2-100")) {
+		t.Error("0-1-100 and 0-2-100 taken for the same position")
+	}
 	// A file missing in the middle breaks a source's run there.
 	gap := map[string][]File{"a": {archived("a", "binlog.000001", "", "0-1-10", 100), archived("a", "binlog.000003", "0-1-20", "0-1-30", 300)}}
 	if got, err := Chain(gap, pos(t, "0-1-5")); err != nil || names(got) != "a/binlog.000001" {
@@ -198,33 +226,42 @@ func TestLogNumberOrder(t *testing.T) {
 }
 
 func TestRewrite(t *testing.T) {
+	// As mariadb-binlog 10.11 writes it; a statement quoting the same
+	// text is left alone.
 	in := "#261207  6:40:01 server id 1001  end_log_pos 589 CRC32 0x1  \tGTID 0-1001-3 trans\n" +
-		"/*!100101 SET @@session.skip_parallel_replication=0*//*!*/;\n" +
-		"/*!100001 SET @@session.gtid_domain_id=0*//*!*/;\n" +
-		"/*!100001 SET @@session.server_id=1001*//*!*/;\n" +
-		"/*!100001 SET @@session.gtid_seq_no=3*//*!*/;\n" +
-		"START TRANSACTION\n" + "BINLOG '\n" + strings.Repeat("A", 3<<20) + "\n'/*!*/;\n"
+		"/*M!100101 SET @@session.skip_parallel_replication=0*//*!*/;\n" +
+		"/*M!100001 SET @@session.gtid_domain_id=0*//*!*/;\n" +
+		"/*M!100001 SET @@session.server_id=1001*//*!*/;\n" +
+		"/*M!100001 SET @@session.gtid_seq_no=3*//*!*/;\n" +
+		"START TRANSACTION\n" + "BINLOG '\n" + strings.Repeat("A", 3<<20) + "\n'/*!*/;\n" +
+		"#261207  6:40:02 server id 1001  end_log_pos 700 CRC32 0x2  \tGTID 1-1001-9 ddl\n" +
+		"/*M!100001 SET @@session.gtid_seq_no=9*//*!*/;\n" +
+		"CREATE TABLE t (note TEXT DEFAULT 'SET @@session.server_id=5')\n"
 	var out bytes.Buffer
-	n, err := rewrite(strings.NewReader(in), &out)
-	if err != nil || n != 1 {
-		t.Fatal(n, err)
+	seen, err := rewrite(strings.NewReader(in), &out)
+	if err != nil || seen.n != 2 || seen.last.String() != "0-1001-3,1-1001-9" {
+		t.Fatal(seen, err)
 	}
 	got := out.String()
-	for _, want := range []string{"SET @@session.server_id=@@global.server_id*/", "/*!100001 DO 0*/", "gtid_domain_id=0", strings.Repeat("A", 3<<20) + "\n'"} {
+	for _, want := range []string{"SET @@session.server_id=@@global.server_id*/", "/*M!100001 DO 0*/", "gtid_domain_id=0", strings.Repeat("A", 3<<20) + "\n'", "DEFAULT 'SET @@session.server_id=5'"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("rewritten SQL lacks %.60q", want)
 		}
 	}
-	if strings.Contains(got, "server_id=1001") || strings.Contains(got, "gtid_seq_no=3") || len(got) != len(in)-len("SET @@session.server_id=1001")+len("SET @@session.server_id=@@global.server_id")-len("SET @@session.gtid_seq_no=3")+len("DO 0") {
+	if strings.Contains(got, "server_id=1001") || strings.Contains(got, "gtid_seq_no=3") || strings.Contains(got, "gtid_seq_no=9") ||
+		len(got) != len(in)-len("SET @@session.server_id=1001")+len("SET @@session.server_id=@@global.server_id")-len("SET @@session.gtid_seq_no=3")-len("SET @@session.gtid_seq_no=9")+2*len("DO 0") {
 		t.Errorf("rewritten SQL keeps the source's ids or changed more: %d bytes from %d", len(got), len(in))
 	}
 }
 
 type fakeServer struct {
 	files   []LogFile
+	pos     string
 	flushes int
 	onFlush func(*fakeServer)
 }
+
+func (f *fakeServer) BinlogPosition(context.Context) (string, error) { return f.pos, nil }
 
 func (f *fakeServer) BinaryLogs(context.Context) ([]LogFile, error) { return f.files, nil }
 func (f *fakeServer) FlushBinaryLogs(context.Context) error {
@@ -242,7 +279,7 @@ func TestArchiver(t *testing.T) {
 		}
 		return int64(len(b))
 	}
-	srv := &fakeServer{files: []LogFile{
+	srv := &fakeServer{pos: "0-7-2", files: []LogFile{
 		{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 1, 2, false))},
 		{Name: "binlog.000002", Size: write("binlog.000002", file(pos(t, "0-7-2"), 0, 0, true))},
 	}}
@@ -261,8 +298,16 @@ func TestArchiver(t *testing.T) {
 	if st := r.Status(); st.Archived != 1 || st.LastArchived != "binlog.000001" || srv.flushes != 0 {
 		t.Fatalf("%+v, %d flushes", st, srv.flushes)
 	}
+	// The server adds an event to the new file by itself (a binlog
+	// checkpoint): no write, nothing waits.
+	srv.files[1].Size += 40
+	now = now.Add(time.Minute)
+	if err := r.Once(ctx); err != nil || srv.flushes != 0 {
+		t.Fatalf("a file grown without a write was closed: %v, %d flushes", err, srv.flushes)
+	}
 	// A write: the file is closed once it has waited Timeout, not before.
 	srv.files[1].Size = write("binlog.000002", file(pos(t, "0-7-2"), 3, 3, true))
+	srv.pos = "0-7-3"
 	for i, step := range []time.Duration{0, 5 * time.Second, 5 * time.Second, time.Second} {
 		now = now.Add(step)
 		if err := r.Once(ctx); err != nil {
@@ -278,6 +323,7 @@ func TestArchiver(t *testing.T) {
 	}
 	// An agent restarted over a file holding a write closes it too.
 	srv.files[2].Size = write("binlog.000003", file(pos(t, "0-7-3"), 4, 4, true))
+	srv.pos = "0-7-4"
 	r = &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: 10 * time.Second, Log: logr.Discard(), Now: func() time.Time { return now }}
 	srv.onFlush = func(f *fakeServer) {}
 	_ = r.Once(ctx)
@@ -292,5 +338,53 @@ func TestArchiver(t *testing.T) {
 	r = &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
 	if err := r.Once(ctx); err == nil || !r.Status().Failing() || !strings.Contains(r.Status().LastError, "other contents") {
 		t.Errorf("a conflicting file: %v %+v", err, r.Status())
+	}
+}
+
+// A file the server was writing when it crashed (flagged in use, ending in
+// half an event) is archived up to its last whole event.
+func TestPushCrashedFile(t *testing.T) {
+	dir := t.TempDir()
+	b := file(pos(t, "0-7-2"), 3, 5, true)
+	full := len(b)
+	b = append(b, event(1100, gtidEvent, 7, 0, gtidBody(6, 0))[:10]...)
+	path := filepath.Join(dir, "binlog.000004")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	arch := Archive{Store: storage.NewDir(t.TempDir()), Prefix: "ns/db/_binlog/uid"}
+	f, err := arch.Push(context.Background(), "db-0-x", path)
+	if err != nil || f.Size != int64(full) || f.Info.Closed || f.Info.End.String() != "0-7-5" || !f.Info.ClosedAt.Equal(f.Info.Last) {
+		t.Fatalf("pushed %+v %v, want the %d whole bytes up to 0-7-5", f, err, full)
+	}
+	dest := filepath.Join(t.TempDir(), "binlog.000004")
+	if err := arch.Fetch(context.Background(), f, dest); err != nil {
+		t.Errorf("fetching it back: %v", err)
+	}
+}
+
+// A file that does not begin where the one archived before ended (one was
+// deleted before it was archived) is archived all the same, and the gap
+// counted and said.
+func TestArchiverGap(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name string, b []byte) int64 {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(b))
+	}
+	srv := &fakeServer{pos: "0-7-9", files: []LogFile{
+		{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 1, 2, false))},
+		{Name: "binlog.000003", Size: write("binlog.000003", file(pos(t, "0-7-5"), 6, 9, false))},
+		{Name: "binlog.000004", Size: write("binlog.000004", file(pos(t, "0-7-9"), 0, 0, true))},
+	}}
+	r := &Archiver{Archive: Archive{Store: storage.NewDir(t.TempDir()), Prefix: "p"}, Source: "db-0-x", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
+	if err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Status(); st.Archived != 2 || st.Gaps != 1 || !strings.Contains(st.LastGap, "binlog.000003 begins at 0-7-5") {
+		t.Errorf("%+v", st)
 	}
 }

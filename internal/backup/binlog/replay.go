@@ -42,8 +42,8 @@ type ReplayOptions struct {
 	Archive Archive
 	// From is the base backup's GTID position: the replay starts after it.
 	From Position
-	// Taken is when the base backup was taken: a time target before it
-	// is refused.
+	// Taken is when the base backup completed: a time target before it
+	// is refused (a dump's snapshot is at some moment while it runs).
 	Taken   time.Time
 	Target  Target
 	Client  Client
@@ -111,7 +111,7 @@ func Prepare(ctx context.Context, o ReplayOptions) (*Prepared, error) {
 	p := &Prepared{o: o, out: Outcome{Until: last.Info.ClosedAt, End: last.Info.End}}
 	switch t := o.Target; {
 	case !t.Time.IsZero() && !o.Taken.IsZero() && t.Time.Before(o.Taken):
-		return nil, fmt.Errorf("%w: %s is before the backup was taken (%s)", ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), o.Taken.UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%w: %s is before the backup completed (%s)", ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), o.Taken.UTC().Format(time.RFC3339))
 	case !t.Time.IsZero() && t.Time.After(p.out.Until):
 		return nil, fmt.Errorf("%w: %s is after the archive's end (%s, position %s): later transactions are not archived yet",
 			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), p.out.Until.Format(time.RFC3339), p.out.End)
@@ -167,32 +167,54 @@ func (p *Prepared) Close() {
 func (p *Prepared) Apply(ctx context.Context) (*Outcome, error) {
 	out := p.out
 	if len(p.local) == 0 {
+		out.End = p.o.From // the target is before the first file's first transaction
 		return &out, nil
 	}
 	started := time.Now()
-	n, err := apply(ctx, p.o, p.local)
-	out.Apply, out.Transactions = time.Since(started), n
+	seen, err := apply(ctx, p.o, p.local)
+	out.Apply, out.Transactions = time.Since(started), seen.n
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case p.o.Target.GTID != nil:
-		out.End = p.o.Target.GTID
-	case !p.o.Target.Time.IsZero():
-		out.End = nil // somewhere inside the last file
-	default:
-		out.End = p.chain[len(p.chain)-1].Info.End
+	// Where the replay stopped, by the transactions it read: a replay to
+	// the end or to a GTID must reach it, never stop short quietly.
+	want := p.o.Target.GTID
+	if want == nil && p.o.Target.Time.IsZero() {
+		want = p.chain[len(p.chain)-1].Info.End
 	}
-	p.o.Logf("replayed %d transactions from %s in %s", n, p.o.From, out.Apply.Round(time.Millisecond))
+	reached := maps(p.o.From)
+	for d, g := range seen.last {
+		reached[d] = g
+	}
+	if want != nil && !reached.Covers(want) {
+		return nil, fmt.Errorf("the replay stopped at %s, short of %s: the archive's files end early", reached, want)
+	}
+	out.End = reached
+	p.o.Logf("replayed %d transactions from %s in %s", seen.n, p.o.From, out.Apply.Round(time.Millisecond))
 	return &out, nil
 }
 
-// stopTime is where a time target stops the replay: events dated at or
-// after the whole second after it (the binary log keeps whole seconds).
-func stopTime(t time.Time) time.Time { return t.UTC().Truncate(time.Second).Add(time.Second) }
+// stopTime is where a time target stops the replay: at the first event
+// dated at or after it rounded up to a whole second (the binary log keeps
+// whole seconds: a target inside a second replays that second whole, one
+// on a whole second nothing of it).
+func stopTime(t time.Time) time.Time {
+	t = t.UTC()
+	if w := t.Truncate(time.Second); !w.Equal(t) {
+		return w.Add(time.Second)
+	}
+	return t
+}
+
+// replayed is what the SQL stream held: transactions, and the last GTID
+// of each domain.
+type replayed struct {
+	n    int
+	last Position
+}
 
 // apply pipes mariadb-binlog's SQL for the files into the client.
-func apply(ctx context.Context, o ReplayOptions, files []string) (int, error) {
+func apply(ctx context.Context, o ReplayOptions, files []string) (replayed, error) {
 	args := []string{"--no-defaults", "--start-position=" + o.From.String()}
 	switch {
 	case !o.Target.Time.IsZero():
@@ -207,7 +229,7 @@ func apply(ctx context.Context, o ReplayOptions, files []string) (int, error) {
 	reader.Stderr = readErr
 	sql, err := reader.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return replayed{}, err
 	}
 	client := exec.CommandContext(ctx, o.Client.Command, append(append([]string{}, o.Client.Args...), "--binary-mode")...)
 	client.Env = o.Client.Env
@@ -217,15 +239,15 @@ func apply(ctx context.Context, o ReplayOptions, files []string) (int, error) {
 	// failed) makes the next write fail rather than wait forever.
 	stdin, err := client.StdinPipe()
 	if err != nil {
-		return 0, err
+		return replayed{}, err
 	}
 	if err := reader.Start(); err != nil {
-		return 0, fmt.Errorf("starting mariadb-binlog: %w", err)
+		return replayed{}, fmt.Errorf("starting mariadb-binlog: %w", err)
 	}
 	if err := client.Start(); err != nil {
 		_ = reader.Process.Kill()
 		_ = reader.Wait()
-		return 0, fmt.Errorf("starting %s: %w", o.Client.Command, err)
+		return replayed{}, fmt.Errorf("starting %s: %w", o.Client.Command, err)
 	}
 	n, rewriteErr := rewrite(sql, stdin)
 	_ = stdin.Close()
@@ -252,44 +274,61 @@ func apply(ctx context.Context, o ReplayOptions, files []string) (int, error) {
 // under the source's server id, which a replica of the same id would skip
 // as its own events. The replayed transactions take the restored server's
 // own instead.
+// (mariadb-binlog writes them on lines of their own, in versioned
+// comments: /*M!100001 SET @@session.gtid_seq_no=3*//*!*/;)
 var (
-	sourceServerID = regexp.MustCompile(`SET @@session\.server_id=[0-9]+`)
-	sourceSeqNo    = regexp.MustCompile(`SET @@session\.gtid_seq_no=[0-9]+`)
-	gtidComment    = []byte("\tGTID ")
+	sourceServerID = regexp.MustCompile(`^/\*M?!100001 SET @@session\.server_id=[0-9]+\*/`)
+	sourceSeqNo    = regexp.MustCompile(`^/\*M?!100001 SET @@session\.gtid_seq_no=[0-9]+\*/`)
+	// The comment before each transaction: "#261207  7:20:05 server id
+	// 1000  end_log_pos 367 CRC32 0x5b9a8602 \tGTID 0-1000-1 ddl".
+	gtidComment = regexp.MustCompile(`^#.*\tGTID ([0-9]+-[0-9]+-[0-9]+)`)
 )
 
 // rewrite copies mariadb-binlog's SQL from r to w with the source's server
-// ids and sequence numbers taken out, counting the transactions.
-func rewrite(r io.Reader, w io.Writer) (int, error) {
+// ids and sequence numbers taken out, counting the transactions and
+// noting the last GTID of each domain.
+func rewrite(r io.Reader, w io.Writer) (replayed, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	bw := bufio.NewWriterSize(w, 1<<20)
-	n := 0
+	out := replayed{last: Position{}}
+	long := false // inside a line longer than the buffer
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A long line (a row event's base64): no statement to change.
 			if _, werr := bw.Write(line); werr != nil {
-				return n, werr
+				return out, werr
 			}
+			long = true
 			continue
 		}
-		if len(line) > 0 {
+		if len(line) > 0 && !long {
 			switch {
-			case bytes.HasPrefix(line, []byte("#")) && bytes.Contains(line, gtidComment):
-				n++
-			case bytes.Contains(line, []byte("SET @@session.")):
-				line = sourceServerID.ReplaceAll(line, []byte("SET @@session.server_id=@@global.server_id"))
-				line = sourceSeqNo.ReplaceAll(line, []byte("DO 0"))
+			case line[0] == '#':
+				if m := gtidComment.FindSubmatch(line); m != nil {
+					if p, perr := ParsePosition(string(m[1])); perr == nil {
+						for d, g := range p {
+							out.last[d] = g
+						}
+						out.n++
+					}
+				}
+			case line[0] == '/':
+				line = sourceServerID.ReplaceAll(line, []byte("/*M!100001 SET @@session.server_id=@@global.server_id*/"))
+				line = sourceSeqNo.ReplaceAll(line, []byte("/*M!100001 DO 0*/"))
 			}
+		}
+		long = false
+		if len(line) > 0 {
 			if _, werr := bw.Write(line); werr != nil {
-				return n, werr
+				return out, werr
 			}
 		}
 		if err == io.EOF {
-			return n, bw.Flush()
+			return out, bw.Flush()
 		}
 		if err != nil {
-			return n, err
+			return out, err
 		}
 	}
 }
