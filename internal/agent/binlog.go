@@ -59,13 +59,6 @@ func binlogArchiveFromEnv(ctx context.Context) (*binlog.Archive, error) {
 	return &binlog.Archive{Store: store, Prefix: *prefix}, nil
 }
 
-// binlogServer is what the engine's MySQL and MariaDB instances give the
-// archiver.
-type binlogServer interface {
-	binlog.Server
-	BinaryLogDir(ctx context.Context) (binlogs, data string, err error)
-}
-
 // binlogInterval is how often the archiver looks for finished files.
 const binlogInterval = time.Second
 
@@ -138,9 +131,9 @@ func (a *Agent) archiveBinlogs(ctx context.Context, inst *engine.Instance) error
 			return a.binlogFailed(fmt.Errorf("connecting to the server: %w", err))
 		}
 	}
-	srv, ok := (*inst).(binlogServer)
-	if !ok {
-		return a.binlogFailed(fmt.Errorf("the %s engine keeps no binary log", a.cfg.Engine))
+	srv, err := engine.BinaryLogsOf(*inst)
+	if err != nil {
+		return a.binlogFailed(fmt.Errorf("%s: %w", a.cfg.Engine, err))
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	dir, data, err := srv.BinaryLogDir(sctx)

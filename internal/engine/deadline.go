@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"net"
 	"time"
 )
@@ -122,4 +123,67 @@ func (b bounded) ForkPoint(ctx context.Context, tli uint32) (Position, bool, err
 	defer cancel()
 	v, ok, err := b.Instance.ForkPoint(ctx, tli)
 	return v, ok, b.done(err)
+}
+
+// BinaryLogger is what a MySQL or MariaDB instance gives the binary log
+// archiver (internal/backup/binlog); an Instance of another engine has
+// none: assert it (bounded instances forward it, or fail with
+// ErrNoBinaryLog).
+type BinaryLogger interface {
+	BinaryLogs(ctx context.Context) ([]BinaryLog, error)
+	FlushBinaryLogs(ctx context.Context) error
+	BinlogPosition(ctx context.Context) (string, error)
+	BinaryLogDir(ctx context.Context) (binlogs, data string, err error)
+}
+
+// ErrNoBinaryLog means the engine keeps no binary log (PostgreSQL).
+var ErrNoBinaryLog = errors.New("the engine keeps no binary log")
+
+// BinaryLogsOf returns inst's binary log, through the bounds of a bounded
+// instance; ErrNoBinaryLog for an engine without one.
+func BinaryLogsOf(inst Instance) (BinaryLogger, error) {
+	inner := inst
+	if b, ok := inst.(bounded); ok {
+		inner = b.Instance
+	}
+	if _, ok := inner.(BinaryLogger); !ok {
+		return nil, ErrNoBinaryLog
+	}
+	if b, ok := inst.(bounded); ok {
+		return boundedBinlog{b}, nil
+	}
+	return inner.(BinaryLogger), nil
+}
+
+// boundedBinlog is a bounded instance's binary log, each call within the
+// call bound.
+type boundedBinlog struct{ b bounded }
+
+func (l boundedBinlog) inner() BinaryLogger { return l.b.Instance.(BinaryLogger) }
+
+func (l boundedBinlog) BinaryLogs(ctx context.Context) ([]BinaryLog, error) {
+	ctx, cancel := within(ctx, l.b.call)
+	defer cancel()
+	v, err := l.inner().BinaryLogs(ctx)
+	return v, l.b.done(err)
+}
+
+func (l boundedBinlog) FlushBinaryLogs(ctx context.Context) error {
+	ctx, cancel := within(ctx, l.b.call)
+	defer cancel()
+	return l.b.done(l.inner().FlushBinaryLogs(ctx))
+}
+
+func (l boundedBinlog) BinlogPosition(ctx context.Context) (string, error) {
+	ctx, cancel := within(ctx, l.b.call)
+	defer cancel()
+	v, err := l.inner().BinlogPosition(ctx)
+	return v, l.b.done(err)
+}
+
+func (l boundedBinlog) BinaryLogDir(ctx context.Context) (string, string, error) {
+	ctx, cancel := within(ctx, l.b.call)
+	defer cancel()
+	dir, data, err := l.inner().BinaryLogDir(ctx)
+	return dir, data, l.b.done(err)
 }

@@ -91,3 +91,30 @@ func TestCallsAreBounded(t *testing.T) {
 		t.Errorf("Status with a cancelled context: %v", err)
 	}
 }
+
+// hangingBinlog is a hung MariaDB server's binary log.
+type hangingBinlog struct{ hangingInstance }
+
+func (hangingBinlog) BinaryLogs(ctx context.Context) ([]BinaryLog, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (hangingBinlog) FlushBinaryLogs(context.Context) error                { return nil }
+func (hangingBinlog) BinlogPosition(context.Context) (string, error)       { return "0-1-1", nil }
+func (hangingBinlog) BinaryLogDir(context.Context) (string, string, error) { return "/d", "/d", nil }
+
+// The binary log of a bounded instance is reached through its bounds (an
+// instance from Open is always bounded: a plain type assertion finds
+// nothing), and an engine without one says so.
+func TestBinaryLogsOf(t *testing.T) {
+	l, err := BinaryLogsOf(bounded{Instance: hangingBinlog{}, call: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.BinaryLogs(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("BinaryLogs on a hung server: %v, want the call's deadline", err)
+	}
+	if _, err := BinaryLogsOf(bounded{Instance: hangingInstance{}}); !errors.Is(err, ErrNoBinaryLog) {
+		t.Errorf("an engine without a binary log: %v", err)
+	}
+}

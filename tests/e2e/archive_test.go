@@ -220,19 +220,7 @@ func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) 
 	t.Helper()
 	ctx := context.Background()
 	// The writer stops at its first error: the server is gone.
-	w := pitrcheck.Start(ctx, pgRW(t, p.db, p.user, p.password), func(string, ...any) {})
-	time.Sleep(writeFor)
-	primary := k8sDatabase(t, p.db).Status.CurrentPrimary
-	if err := node.Down(p.db.Namespace, primary); err != nil {
-		t.Fatal(err)
-	}
-	writes := w.Stop()
-	if err := k8s.Delete(ctx, p.db); err != nil {
-		t.Fatal(err)
-	}
-	if len(writes) == 0 {
-		t.Fatal("no write acknowledged before the primary was lost")
-	}
+	writes := loseUnderWrites(t, p.db, pitrcheck.Start(ctx, pgRW(t, p.db, p.user, p.password), func(string, ...any) {}), writeFor)
 	start := time.Now()
 	restored := newDatabase(t, p.db.Namespace, name, dbv1.EnginePostgreSQL, "15", func(d *dbv1.Database) {
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: backup}}
@@ -254,6 +242,26 @@ func (p *pitrSource) recoveryPoint(backup, name string, writeFor time.Duration) 
 		t.Errorf("the recovery holds %d rows but misses %d writes acknowledged before the last of them", len(ids), holes)
 	}
 	return lost, point, restoredMsg
+}
+
+// loseUnderWrites lets w write for writeFor, then loses db's primary's
+// machine (the server killed mid-write, nothing more archived), deletes db
+// with its volumes and returns the writes.
+func loseUnderWrites(t testing.TB, db *dbv1.Database, w *pitrcheck.Writer, writeFor time.Duration) []pitrcheck.Write {
+	t.Helper()
+	time.Sleep(writeFor)
+	primary := k8sDatabase(t, db).Status.CurrentPrimary
+	if err := node.Down(db.Namespace, primary); err != nil {
+		t.Fatal(err)
+	}
+	writes := w.Stop()
+	if err := k8s.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) == 0 {
+		t.Fatal("no write acknowledged before the primary was lost")
+	}
+	return writes
 }
 
 // TestPointInTimeRecoveryAcrossTimelines (full tier): the base backup is

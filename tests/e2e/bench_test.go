@@ -216,13 +216,19 @@ func BenchmarkRecoveryPoint(b *testing.B) {
 		fmt.Printf("restore over %d runs: base backup checked and unpacked at p50 %.1f MB/s (min %.1f), WAL replayed at p50 %.1f MB/s (min %.1f)\n",
 			len(unpack), unpack[len(unpack)/2], unpack[0], replay[len(replay)/2], replay[0])
 	}
+	reportRecoveryPoint(b, "recovery point", points, lost)
+}
+
+// reportRecoveryPoint reports and prints the recovery points and the
+// acknowledged writes lost over the runs.
+func reportRecoveryPoint(b *testing.B, what string, points []time.Duration, lost []int) {
 	slices.Sort(points)
 	slices.Sort(lost)
 	b.ReportMetric(points[len(points)/2].Seconds(), "rpo-p50-s")
 	b.ReportMetric(points[len(points)-1].Seconds(), "rpo-max-s")
 	b.ReportMetric(float64(lost[len(lost)/2]), "lost-writes-p50")
-	fmt.Printf("recovery point over %d runs (archive timeout 10 s): p50 %s, max %s; acknowledged writes lost p50 %d, max %d\n",
-		len(points), points[len(points)/2].Round(time.Millisecond), points[len(points)-1].Round(time.Millisecond), lost[len(lost)/2], lost[len(lost)-1])
+	fmt.Printf("%s over %d runs (archive timeout 10 s): p50 %s, max %s; acknowledged writes lost p50 %d, max %d\n",
+		what, len(points), points[len(points)/2].Round(time.Millisecond), points[len(points)-1].Round(time.Millisecond), lost[len(lost)/2], lost[len(lost)-1])
 }
 
 // BenchmarkMariaDBRecoveryPoint is BenchmarkRecoveryPoint for MariaDB: its
@@ -252,13 +258,7 @@ func BenchmarkMariaDBRecoveryPoint(b *testing.B) {
 		b.ReportMetric(rates[len(rates)/2], "replay-tx/s-p50")
 		fmt.Printf("binary log replay over %d runs: p50 %.0f transactions/s (min %.0f)\n", len(rates), rates[len(rates)/2], rates[0])
 	}
-	slices.Sort(points)
-	slices.Sort(lost)
-	b.ReportMetric(points[len(points)/2].Seconds(), "rpo-p50-s")
-	b.ReportMetric(points[len(points)-1].Seconds(), "rpo-max-s")
-	b.ReportMetric(float64(lost[len(lost)/2]), "lost-writes-p50")
-	fmt.Printf("MariaDB recovery point over %d runs (archive timeout 10 s): p50 %s, max %s; acknowledged writes lost p50 %d, max %d\n",
-		len(points), points[len(points)/2].Round(time.Millisecond), points[len(points)-1].Round(time.Millisecond), lost[len(lost)/2], lost[len(lost)-1])
+	reportRecoveryPoint(b, "MariaDB recovery point", points, lost)
 }
 
 // replayRate reads the restore's binary log replay from its result.

@@ -142,20 +142,7 @@ func (p *mariaPITRSource) startWriter() *pitrcheck.Writer {
 func (p *mariaPITRSource) recoveryPoint(backup, name string, writeFor time.Duration) (int, time.Duration, string) {
 	t := p.t
 	t.Helper()
-	ctx := context.Background()
-	w := p.startWriter()
-	time.Sleep(writeFor)
-	primary := k8sDatabase(t, p.db).Status.CurrentPrimary
-	if err := node.Down(p.db.Namespace, primary); err != nil {
-		t.Fatal(err)
-	}
-	writes := w.Stop()
-	if err := k8s.Delete(ctx, p.db); err != nil {
-		t.Fatal(err)
-	}
-	if len(writes) == 0 {
-		t.Fatal("no write acknowledged before the primary was lost")
-	}
+	writes := loseUnderWrites(t, p.db, p.startWriter(), writeFor)
 	start := time.Now()
 	restored := newDatabase(t, p.db.Namespace, name, dbv1.EngineMariaDB, "10.11", func(d *dbv1.Database) {
 		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: backup}}

@@ -273,12 +273,7 @@ func (f *fakeServer) FlushBinaryLogs(context.Context) error {
 func TestArchiver(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	write := func(name string, b []byte) int64 {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return int64(len(b))
-	}
+	write := fileWriter(t, dir)
 	srv := &fakeServer{pos: "0-7-2", files: []LogFile{
 		{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 1, 2, false))},
 		{Name: "binlog.000002", Size: write("binlog.000002", file(pos(t, "0-7-2"), 0, 0, true))},
@@ -369,12 +364,7 @@ func TestPushCrashedFile(t *testing.T) {
 func TestArchiverGap(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	write := func(name string, b []byte) int64 {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return int64(len(b))
-	}
+	write := fileWriter(t, dir)
 	srv := &fakeServer{pos: "0-7-9", files: []LogFile{
 		{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 1, 2, false))},
 		{Name: "binlog.000003", Size: write("binlog.000003", file(pos(t, "0-7-5"), 6, 9, false))},
@@ -386,5 +376,16 @@ func TestArchiverGap(t *testing.T) {
 	}
 	if st := r.Status(); st.Archived != 2 || st.Gaps != 1 || !strings.Contains(st.LastGap, "binlog.000003 begins at 0-7-5") {
 		t.Errorf("%+v", st)
+	}
+}
+
+// fileWriter writes files into dir, returning their sizes.
+func fileWriter(t *testing.T, dir string) func(name string, b []byte) int64 {
+	return func(name string, b []byte) int64 {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(b))
 	}
 }
