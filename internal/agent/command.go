@@ -75,12 +75,9 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	}
 	cfg.Server = engine.Endpoint{Host: "127.0.0.1", Port: port}
 	cfg.PodUID = os.Getenv("POD_UID")
-	for k, dst := range map[string]*time.Duration{"AGENT_LEASE_DURATION": &cfg.LeaseDuration, "AGENT_HANDOVER_TIMEOUT": &cfg.HandoverTimeout} {
-		if v := os.Getenv(k); v != "" {
-			if *dst, err = time.ParseDuration(v); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-		}
+	if err := durationsFromEnv(map[string]*time.Duration{"AGENT_LEASE_DURATION": &cfg.LeaseDuration, "AGENT_HANDOVER_TIMEOUT": &cfg.HandoverTimeout,
+		EnvBinlogArchiveTimeout: &cfg.BinlogTimeout}); err != nil {
+		return err
 	}
 	cfg.TLSDir = os.Getenv("TLS_DIR")
 	if cfg.Engine == dbv1.EnginePostgreSQL {
@@ -96,11 +93,6 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	cfg.Log = logger(logw).WithValues("pod", cfg.Pod)
 	if cfg.BinlogArchive, err = binlogArchiveFromEnv(ctx); err != nil {
 		return err
-	}
-	if v := os.Getenv(EnvBinlogArchiveTimeout); v != "" {
-		if cfg.BinlogTimeout, err = time.ParseDuration(v); err != nil {
-			return fmt.Errorf(EnvBinlogArchiveTimeout+": %w", err)
-		}
 	}
 	if err := withMetrics(&cfg); err != nil {
 		// The server runs all the same: metrics are not worth an outage.
@@ -176,4 +168,17 @@ func withMetrics(cfg *Config) error {
 // logger writes one line of key-value pairs per entry, as the start scripts' lines sit beside it.
 func logger(w io.Writer) logr.Logger {
 	return funcr.New(func(_, args string) { fmt.Fprintln(w, "agent:", args) }, funcr.Options{LogTimestamp: true})
+}
+
+// durationsFromEnv reads each set variable of vars (Go durations).
+func durationsFromEnv(vars map[string]*time.Duration) error {
+	for k, dst := range vars {
+		if v := os.Getenv(k); v != "" {
+			var err error
+			if *dst, err = time.ParseDuration(v); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+	}
+	return nil
 }

@@ -104,7 +104,7 @@ func (p *mariaPITRSource) exec(stmts ...string) {
 }
 
 // backup takes a Backup and checks it is a dump that records the archive.
-func (p *mariaPITRSource) backup(name string) *dbv1.Backup {
+func (p *mariaPITRSource) backup(name string) {
 	t := p.t
 	t.Helper()
 	newBackup(t, p.db.Namespace, name, p.db.Name)
@@ -113,7 +113,6 @@ func (p *mariaPITRSource) backup(name string) *dbv1.Backup {
 		t.Fatalf("Backup %s: phase %s (%s), method %q, archive %q: want a completed dump that records the binary log archive",
 			name, b.Status.Phase, b.Status.Message, b.Status.Method, b.Status.ArchivePath)
 	}
-	return b
 }
 
 // startWriter inserts rows on one session of its own until stopped (or

@@ -217,37 +217,45 @@ func scan(r io.Reader, partial bool) (Info, error) {
 			}
 			body = ev[headerLen : size-4]
 		}
-		switch typ {
-		case gtidListEvent:
-			list, err := gtidList(body)
-			if err != nil {
-				return Info{}, fmt.Errorf("%w: the GTID list at byte %d: %v", ErrCorrupt, at, err)
-			}
-			if info.Transactions == 0 {
-				info.Start = list
-				info.End = maps(list)
-			}
-		case gtidEvent:
-			if len(body) < 13 {
-				return Info{}, fmt.Errorf("%w: a GTID event at byte %d is %d bytes", ErrCorrupt, at, len(body))
-			}
-			g := GTID{Sequence: binary.LittleEndian.Uint64(body), Domain: binary.LittleEndian.Uint32(body[8:]), Server: server}
-			info.End[g.Domain] = g
-			if _, seen := info.FirstGTIDs[g.Domain]; !seen {
-				info.FirstGTIDs[g.Domain] = g
-			}
-			t := time.Unix(int64(when), 0).UTC()
-			if info.Transactions == 0 {
-				info.First = t
-			}
-			info.Last = t
-			info.Transactions++
-		case rotateEvent, stopEvent:
-			// The last event of a finished file.
-			info.ClosedAt = time.Unix(int64(when), 0).UTC()
+		if err := info.take(typ, when, server, body); err != nil {
+			return Info{}, fmt.Errorf("%w: the event at byte %d: %w", ErrCorrupt, at, err)
 		}
 	}
 	return info, nil
+}
+
+// take adds what one event says to info.
+func (info *Info) take(typ byte, when, server uint32, body []byte) error {
+	switch typ {
+	case gtidListEvent:
+		list, err := gtidList(body)
+		if err != nil {
+			return fmt.Errorf("a GTID list: %w", err)
+		}
+		if info.Transactions == 0 {
+			info.Start = list
+			info.End = maps(list)
+		}
+	case gtidEvent:
+		if len(body) < 13 {
+			return fmt.Errorf("a GTID event of %d bytes", len(body))
+		}
+		g := GTID{Sequence: binary.LittleEndian.Uint64(body), Domain: binary.LittleEndian.Uint32(body[8:]), Server: server}
+		info.End[g.Domain] = g
+		if _, seen := info.FirstGTIDs[g.Domain]; !seen {
+			info.FirstGTIDs[g.Domain] = g
+		}
+		t := time.Unix(int64(when), 0).UTC()
+		if info.Transactions == 0 {
+			info.First = t
+		}
+		info.Last = t
+		info.Transactions++
+	case rotateEvent, stopEvent:
+		// The last event of a finished file.
+		info.ClosedAt = time.Unix(int64(when), 0).UTC()
+	}
+	return nil
 }
 
 // checksumOK verifies an event's CRC32. The server computes a format

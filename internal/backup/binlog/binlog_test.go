@@ -18,14 +18,13 @@ import (
 )
 
 // event encodes one binary log event with its CRC32.
-func event(when uint32, typ byte, server uint32, flags uint16, body []byte) []byte {
+func event(when uint32, typ byte, server uint32, body []byte) []byte {
 	size := headerLen + len(body) + 4
 	ev := make([]byte, headerLen, size)
 	binary.LittleEndian.PutUint32(ev[0:], when)
 	ev[4] = typ
 	binary.LittleEndian.PutUint32(ev[5:], server)
 	binary.LittleEndian.PutUint32(ev[9:], uint32(size))
-	binary.LittleEndian.PutUint16(ev[17:], flags)
 	ev = append(ev, body...)
 	return binary.LittleEndian.AppendUint32(ev, crc32.ChecksumIEEE(ev))
 }
@@ -36,7 +35,7 @@ func fde(when uint32, inUse bool) []byte {
 	body := make([]byte, 2+50+4+1+5) // version, server version, created, header length, post-headers
 	body = append(body, checksumCRC32)
 	// The checksum algorithm byte is the body's last before the CRC.
-	ev := event(when, formatDescriptionEvent, 1, 0, body)
+	ev := event(when, formatDescriptionEvent, 1, body)
 	if inUse {
 		ev[17] |= logEventBinlogInUse
 	}
@@ -68,13 +67,13 @@ func file(start Position, from, to uint64, open bool) []byte {
 	}
 	b := append([]byte(nil), magic...)
 	b = append(b, fde(1000, open)...)
-	b = append(b, event(1000, gtidListEvent, 7, 0, gtidListBody(gs...))...)
+	b = append(b, event(1000, gtidListEvent, 7, gtidListBody(gs...))...)
 	for s := from; s <= to && from > 0; s++ {
-		b = append(b, event(1000+uint32(s), gtidEvent, 7, 0, gtidBody(s, 0))...)
-		b = append(b, event(1000+uint32(s), 2, 7, 0, []byte("BEGIN; INSERT ...; COMMIT"))...)
+		b = append(b, event(1000+uint32(s), gtidEvent, 7, gtidBody(s, 0))...)
+		b = append(b, event(1000+uint32(s), 2, 7, []byte("BEGIN; INSERT ...; COMMIT"))...)
 	}
 	if !open {
-		b = append(b, event(2000, rotateEvent, 7, 0, []byte("binlog.000009"))...)
+		b = append(b, event(2000, rotateEvent, 7, []byte("binlog.000009"))...)
 	}
 	return b
 }
@@ -121,7 +120,7 @@ func TestScan(t *testing.T) {
 		{"a flipped byte", func() []byte { c := bytes.Clone(b); c[len(c)/2] ^= 1; return c }()},
 		{"no header", b[4:]},
 		{"an event size past the end", func() []byte { c := bytes.Clone(b); binary.LittleEndian.PutUint32(c[len(magic)+9:], 1<<31); return c }()},
-		{"no format description", append(append([]byte(nil), magic...), event(1, gtidEvent, 1, 0, gtidBody(1, 0))...)},
+		{"no format description", append(append([]byte(nil), magic...), event(1, gtidEvent, 1, gtidBody(1, 0))...)},
 	} {
 		if _, err := Scan(bytes.NewReader(tc.b)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
@@ -320,7 +319,7 @@ func TestArchiver(t *testing.T) {
 	srv.files[2].Size = write("binlog.000003", file(pos(t, "0-7-3"), 4, 4, true))
 	srv.pos = "0-7-4"
 	r = &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: 10 * time.Second, Log: logr.Discard(), Now: func() time.Time { return now }}
-	srv.onFlush = func(f *fakeServer) {}
+	srv.onFlush = func(*fakeServer) {}
 	_ = r.Once(ctx)
 	now = now.Add(10 * time.Second)
 	_ = r.Once(ctx)
@@ -342,7 +341,7 @@ func TestPushCrashedFile(t *testing.T) {
 	dir := t.TempDir()
 	b := file(pos(t, "0-7-2"), 3, 5, true)
 	full := len(b)
-	b = append(b, event(1100, gtidEvent, 7, 0, gtidBody(6, 0))[:10]...)
+	b = append(b, event(1100, gtidEvent, 7, gtidBody(6, 0))[:10]...)
 	path := filepath.Join(dir, "binlog.000004")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)

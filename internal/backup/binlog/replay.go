@@ -109,16 +109,8 @@ func Prepare(ctx context.Context, o ReplayOptions) (*Prepared, error) {
 	}
 	last := chain[len(chain)-1]
 	p := &Prepared{o: o, out: Outcome{Until: last.Info.ClosedAt, End: last.Info.End}}
-	switch t := o.Target; {
-	case !t.Time.IsZero() && !o.Taken.IsZero() && t.Time.Before(o.Taken):
-		return nil, fmt.Errorf("%w: %s is before the backup completed (%s)", ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), o.Taken.UTC().Format(time.RFC3339))
-	case !t.Time.IsZero() && t.Time.After(p.out.Until):
-		return nil, fmt.Errorf("%w: %s is after the archive's end (%s, position %s): later transactions are not archived yet",
-			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), p.out.Until.Format(time.RFC3339), p.out.End)
-	case t.GTID != nil && !p.out.End.Covers(t.GTID):
-		return nil, fmt.Errorf("%w: GTID %s is past the archive's end (%s)", ErrOutsideWindow, t.GTID, p.out.End)
-	case t.GTID != nil && !t.GTID.Covers(o.From):
-		return nil, fmt.Errorf("%w: GTID %s is before the backup's position (%s)", ErrOutsideWindow, t.GTID, o.From)
+	if err := checkWindow(o, p.out); err != nil {
+		return nil, err
 	}
 	// Only the files up to the target.
 	for i, f := range chain {
@@ -130,30 +122,57 @@ func Prepare(ctx context.Context, o ReplayOptions) (*Prepared, error) {
 		}
 	}
 	p.chain = chain
-	if p.dir, err = os.MkdirTemp(o.Scratch, "binlog-"); err != nil {
+	if err := p.fetch(ctx); err != nil {
+		p.Close()
 		return nil, err
 	}
+	o.Logf("fetched and verified %d binary log files (%d bytes) of %s in %s", p.out.Files, p.out.Bytes, last.Source, p.out.Fetch.Round(time.Millisecond))
+	return p, nil
+}
+
+// checkWindow refuses a target the backup and the archive (out) cannot
+// reach.
+func checkWindow(o ReplayOptions, out Outcome) error {
+	switch t := o.Target; {
+	case !t.Time.IsZero() && !o.Taken.IsZero() && t.Time.Before(o.Taken):
+		return fmt.Errorf("%w: %s is before the backup completed (%s)", ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), o.Taken.UTC().Format(time.RFC3339))
+	case !t.Time.IsZero() && t.Time.After(out.Until):
+		return fmt.Errorf("%w: %s is after the archive's end (%s, position %s): later transactions are not archived yet",
+			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), out.Until.Format(time.RFC3339), out.End)
+	case t.GTID != nil && !out.End.Covers(t.GTID):
+		return fmt.Errorf("%w: GTID %s is past the archive's end (%s)", ErrOutsideWindow, t.GTID, out.End)
+	case t.GTID != nil && !t.GTID.Covers(o.From):
+		return fmt.Errorf("%w: GTID %s is before the backup's position (%s)", ErrOutsideWindow, t.GTID, o.From)
+	}
+	return nil
+}
+
+// fetch fetches and verifies the chain's files into a directory of its
+// own, naming the last good point when one fails.
+func (p *Prepared) fetch(ctx context.Context) error {
+	var err error
+	if p.dir, err = os.MkdirTemp(p.o.Scratch, "binlog-"); err != nil {
+		return err
+	}
 	started := time.Now()
-	for i, f := range chain {
+	for i, f := range p.chain {
 		dest := filepath.Join(p.dir, f.Name)
-		if err := o.Archive.Fetch(ctx, f, dest); err != nil {
-			p.Close()
+		if err := p.o.Archive.Fetch(ctx, f, dest); err != nil {
 			good := "nothing after the backup"
 			if i > 0 {
-				good = fmt.Sprintf("%s (position %s)", chain[i-1].Info.ClosedAt.Format(time.RFC3339), chain[i-1].Info.End)
+				good = fmt.Sprintf("%s (position %s)", p.chain[i-1].Info.ClosedAt.Format(time.RFC3339), p.chain[i-1].Info.End)
 			}
 			if errors.Is(err, wal.ErrCorrupt) {
-				return nil, fmt.Errorf("CORRUPT ARCHIVE: %w: nothing was replayed; the archive can restore up to %s", err, good)
+				return fmt.Errorf("CORRUPT ARCHIVE: %w: nothing was replayed; the archive can restore up to %s", err, good)
 			}
-			return nil, fmt.Errorf("fetching %s: %w: nothing was replayed; the archive can restore up to %s", f, err, good)
+			return fmt.Errorf("fetching %s: %w: nothing was replayed; the archive can restore up to %s", f, err, good)
 		}
 		p.local = append(p.local, dest)
 		p.out.Files++
 		p.out.Bytes += f.Size
 	}
 	p.out.Fetch = time.Since(started)
-	o.Logf("fetched and verified %d binary log files (%d bytes) of %s in %s", p.out.Files, p.out.Bytes, last.Source, p.out.Fetch.Round(time.Millisecond))
-	return p, nil
+	return nil
 }
 
 // Close removes the fetched files.
@@ -303,8 +322,8 @@ func rewrite(r io.Reader, w io.Writer) (replayed, error) {
 			continue
 		}
 		if len(line) > 0 && !long {
-			switch {
-			case line[0] == '#':
+			switch line[0] {
+			case '#':
 				if m := gtidComment.FindSubmatch(line); m != nil {
 					if p, perr := ParsePosition(string(m[1])); perr == nil {
 						for d, g := range p {
@@ -313,7 +332,7 @@ func rewrite(r io.Reader, w io.Writer) (replayed, error) {
 						out.n++
 					}
 				}
-			case line[0] == '/':
+			case '/':
 				line = sourceServerID.ReplaceAll(line, []byte("/*M!100001 SET @@session.server_id=@@global.server_id*/"))
 				line = sourceSeqNo.ReplaceAll(line, []byte("/*M!100001 DO 0*/"))
 			}
