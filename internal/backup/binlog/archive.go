@@ -84,7 +84,7 @@ func (a Archive) Push(ctx context.Context, source, file string) (File, error) {
 	if info, err = scanOpen(file); err != nil {
 		return File{}, err
 	}
-	info.ClosedAt = info.Last
+	info.ClosedAt = info.LastEvent // the last moment it holds, a transaction or not
 	whole, err := wholePart(file, info.Size)
 	if err != nil {
 		return File{}, err
@@ -104,21 +104,48 @@ func wholePart(file string, size int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	in, err := os.Open(file)
-	if err != nil {
+	dest := filepath.Join(dir, filepath.Base(file))
+	if err := copyPrefix(file, dest, size); err != nil {
+		_ = os.RemoveAll(dir)
 		return "", err
 	}
+	return dest, nil
+}
+
+func copyPrefix(src, dest string, size int64) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
 	defer func() { _ = in.Close() }()
-	dest := filepath.Join(dir, filepath.Base(file))
 	out, err := os.Create(dest)
 	if err != nil {
-		return "", err
+		return err
 	}
 	if _, err := io.CopyN(out, in, size); err != nil {
 		_ = out.Close()
-		return "", err
+		return err
 	}
-	return dest, out.Close()
+	return out.Close()
+}
+
+// Last returns the last file archived for source, if any.
+func (a Archive) Last(ctx context.Context, source string) (File, bool, error) {
+	arch, err := a.source(source)
+	if err != nil {
+		return File{}, false, err
+	}
+	entries, err := arch.List(ctx)
+	if err != nil || len(entries) == 0 {
+		return File{}, false, err
+	}
+	sort.Slice(entries, func(i, j int) bool { return logNumber(entries[i].Name) < logNumber(entries[j].Name) })
+	e := entries[len(entries)-1]
+	var info Info
+	if err := json.Unmarshal(e.Info, &info); err != nil {
+		return File{}, false, fmt.Errorf("%s: its archive entry holds no readable binary log info: %w", a.Store.Location(path.Join(arch.Prefix, e.Name)), err)
+	}
+	return File{Source: source, Entry: e, Info: info}, true, nil
 }
 
 // List returns every archived file, by source and, within a source, in the
@@ -206,7 +233,15 @@ func Chain(files map[string][]File, from Position) ([]File, error) {
 		}
 		run := []File{fs[start]}
 		for _, f := range fs[start+1:] {
-			if !samePosition(StartOf(f.Info), run[len(run)-1].Info.End) {
+			fresh, ok := continues(run[len(run)-1].Info.End, StartOf(f.Info))
+			if ok && !from.Covers(fresh) {
+				// A domain this server logs for the first time here:
+				// its transactions before this file are not in this
+				// source, and the backup does not have them.
+				why = append(why, fmt.Sprintf("%s logs domains %s first in %s, after the backup's position", source, fresh, f.Name))
+				break
+			}
+			if !ok {
 				why = append(why, fmt.Sprintf("%s has a gap before %s (%s ends at %s, %s begins at %s)", source, f.Name,
 					run[len(run)-1].Name, run[len(run)-1].Info.End, f.Name, StartOf(f.Info)))
 				break
@@ -239,7 +274,31 @@ func later(a, b File) bool {
 	if !a.Info.ClosedAt.Equal(b.Info.ClosedAt) {
 		return a.Info.ClosedAt.After(b.Info.ClosedAt)
 	}
-	return a.Info.End.Covers(b.Info.End) && !b.Info.End.Covers(a.Info.End)
+	if a.Info.End.Covers(b.Info.End) != b.Info.End.Covers(a.Info.End) {
+		return a.Info.End.Covers(b.Info.End)
+	}
+	return a.Source < b.Source // the same every time
+}
+
+// continues says whether a file beginning at next follows one that ended
+// at prev: the same last transaction in every domain prev had. A domain
+// next has and prev lacks is one the server logs for the first time (its
+// binary log state never had it: a replica cloned from a dump, whose load
+// was not logged, or a new domain): returned as fresh, it continues
+// nothing and breaks nothing.
+func continues(prev, next Position) (fresh Position, ok bool) {
+	fresh = Position{}
+	for d, g := range next {
+		if _, had := prev[d]; !had {
+			fresh[d] = g
+		}
+	}
+	for d, g := range prev {
+		if h, has := next[d]; !has || g != h {
+			return fresh, false
+		}
+	}
+	return fresh, true
 }
 
 // StartOf is where a file's transactions begin: its GTID list, and for a

@@ -93,8 +93,11 @@ type Archiver struct {
 	mu     sync.Mutex
 	status Status
 	done   map[string]bool // files archived (or found archived) already
-	// lastEnd is where the last file archived ended (nil: none yet).
+	// lastEnd is where the last file archived ended (nil: none yet);
+	// resumed: it was read from the archive once (a restarted agent
+	// compares its first file with what is there).
 	lastEnd Position
+	resumed bool
 	// current is the file the server writes, pos the server's GTID
 	// position when the archiver began watching it (or closed the one
 	// before); dirty when it first saw the position move since.
@@ -247,6 +250,16 @@ func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 	if r.done == nil {
 		r.done = map[string]bool{}
 	}
+	if !r.resumed {
+		last, ok, err := r.Archive.Last(ctx, r.Source)
+		if err != nil {
+			return fmt.Errorf("reading the archive's last file: %w", err)
+		}
+		if ok {
+			r.lastEnd = last.Info.End
+		}
+		r.resumed = true
+	}
 	for _, f := range files {
 		if r.done[f.Name] {
 			continue
@@ -259,7 +272,9 @@ func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 		}
 		start := StartOf(pushed.Info)
 		r.mu.Lock()
-		if r.lastEnd != nil && !samePosition(start, r.lastEnd) {
+		// A file archived before (an agent restarted goes through the
+		// server's files from the first) was compared then.
+		if _, ok := continues(r.lastEnd, start); r.lastEnd != nil && !ok && !pushed.Existed {
 			r.status.Gaps++
 			r.status.LastGap = fmt.Sprintf("%s begins at %s, the file archived before it ended at %s", f.Name, start, r.lastEnd)
 			r.status.LastGapAt = r.now()

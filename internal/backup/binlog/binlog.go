@@ -134,6 +134,8 @@ type Info struct {
 	// every transaction before then is in this file or an earlier one.
 	Closed   bool      `json:"closed"`
 	ClosedAt time.Time `json:"closedAt,omitzero"`
+	// LastEvent is the time of its last event of any kind.
+	LastEvent time.Time `json:"lastEvent,omitzero"`
 	// Size is the file's length in bytes.
 	Size int64 `json:"size"`
 }
@@ -226,6 +228,7 @@ func scan(r io.Reader, partial bool) (Info, error) {
 
 // take adds what one event says to info.
 func (info *Info) take(typ byte, when, server uint32, body []byte) error {
+	info.LastEvent = time.Unix(int64(when), 0).UTC()
 	switch typ {
 	case gtidListEvent:
 		list, err := gtidList(body)

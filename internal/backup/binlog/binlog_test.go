@@ -388,3 +388,75 @@ func fileWriter(t *testing.T, dir string) func(name string, b []byte) int64 {
 		return int64(len(b))
 	}
 }
+
+// A replica cloned from a dump: the load is not logged, so its first file
+// holds nothing and the next begins, with an empty GTID list, at its first
+// replicated transaction. That is no gap; a domain it logs for the first
+// time continues a run only when the backup has that domain's past.
+func TestCloneContinues(t *testing.T) {
+	empty := archived("c", "binlog.000001", "", "", 100)
+	second := archived("c", "binlog.000002", "", "0-1-60", 200)
+	second.Info.FirstGTIDs = pos(t, "0-1-41")
+	files := map[string][]File{"c": {empty, second}}
+	if got, err := Chain(files, pos(t, "0-1-45")); err != nil || names(got) != "c/binlog.000002" {
+		t.Errorf("from inside the second file: %s %v", names(got), err)
+	}
+	if _, err := Chain(files, pos(t, "0-1-12")); !errors.Is(err, ErrNoChain) {
+		t.Errorf("from before the clone's first transaction: %v, want no chain", err)
+	}
+	if _, ok := continues(empty.Info.End, StartOf(second.Info)); !ok {
+		t.Error("a clone's empty first file taken for a gap")
+	}
+
+	// The archiver says the same: no gap; and one restarted over a
+	// server that lost files since (purged unarchived) finds the gap
+	// against what the archive holds.
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := fileWriter(t, dir)
+	srv := &fakeServer{pos: "0-7-60", files: []LogFile{
+		{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 0, 0, false))},
+		{Name: "binlog.000002", Size: write("binlog.000002", file(Position{}, 41, 60, false))},
+		{Name: "binlog.000003", Size: write("binlog.000003", file(pos(t, "0-7-60"), 0, 0, true))},
+	}}
+	arch := Archive{Store: storage.NewDir(t.TempDir()), Prefix: "p"}
+	r := &Archiver{Archive: arch, Source: "db-1-x", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
+	if err := r.Once(ctx); err != nil || r.Status().Gaps != 0 {
+		t.Fatalf("a clone's files: %v, %+v", err, r.Status())
+	}
+	srv.files = []LogFile{
+		{Name: "binlog.000005", Size: write("binlog.000005", file(pos(t, "0-7-80"), 81, 82, false))},
+		{Name: "binlog.000006", Size: write("binlog.000006", file(pos(t, "0-7-82"), 0, 0, true))},
+	}
+	r = &Archiver{Archive: arch, Source: "db-1-x", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
+	if err := r.Once(ctx); err != nil || r.Status().Gaps != 1 || !strings.Contains(r.Status().LastGap, "binlog.000005 begins at 0-7-80") {
+		t.Errorf("a restarted archiver past lost files: %v, %+v", err, r.Status())
+	}
+}
+
+// A file left by a crash right after a flush holds no transaction: it is
+// dated by its last event all the same (a zero date would put the
+// archive's end at year 1 and refuse every time target).
+func TestPushCrashedIdleFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "binlog.000007")
+	if err := os.WriteFile(path, file(pos(t, "0-7-9"), 0, 0, true), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Archive{Store: storage.NewDir(t.TempDir()), Prefix: "p"}.Push(context.Background(), "db-0-x", path)
+	if err != nil || f.Info.ClosedAt.IsZero() {
+		t.Errorf("%+v %v", f.Info, err)
+	}
+}
+
+// A GTID target names the domains it stops in; the backup's other domains
+// do not make it "before the backup".
+func TestWindowOfAGTIDTarget(t *testing.T) {
+	o := ReplayOptions{From: pos(t, "0-1-100,1-2-7"), Target: Target{GTID: pos(t, "0-1-150")}}
+	if err := checkWindow(o, Outcome{End: pos(t, "0-1-200,1-2-9")}); err != nil {
+		t.Errorf("a one-domain target: %v", err)
+	}
+	o.Target.GTID = pos(t, "0-1-90")
+	if err := checkWindow(o, Outcome{End: pos(t, "0-1-200,1-2-9")}); !errors.Is(err, ErrOutsideWindow) {
+		t.Errorf("a target before the backup: %v", err)
+	}
+}

@@ -141,7 +141,7 @@ func checkWindow(o ReplayOptions, out Outcome) error {
 			ErrOutsideWindow, t.Time.UTC().Format(time.RFC3339Nano), out.Until.Format(time.RFC3339), out.End)
 	case t.GTID != nil && !out.End.Covers(t.GTID):
 		return fmt.Errorf("%w: GTID %s is past the archive's end (%s)", ErrOutsideWindow, t.GTID, out.End)
-	case t.GTID != nil && !t.GTID.Covers(o.From):
+	case t.GTID != nil && !t.GTID.Covers(restrict(o.From, t.GTID)):
 		return fmt.Errorf("%w: GTID %s is before the backup's position (%s)", ErrOutsideWindow, t.GTID, o.From)
 	}
 	return nil
@@ -207,6 +207,13 @@ func (p *Prepared) Apply(ctx context.Context) (*Outcome, error) {
 	}
 	if want != nil && !reached.Covers(want) {
 		return nil, fmt.Errorf("the replay stopped at %s, short of %s: the archive's files end early", reached, want)
+	}
+	for d, g := range p.o.Target.GTID {
+		if reached[d] != g && g.Sequence > p.o.From[d].Sequence {
+			// The same sequence number by another server: the target
+			// is on a line the Database left (a failover's).
+			return nil, fmt.Errorf("the replay reached %s, not the target %s: the target is on another server's line than the archive's (diverged at a failover)", reached[d], g)
+		}
 	}
 	out.End = reached
 	p.o.Logf("replayed %d transactions from %s in %s", seen.n, p.o.From, out.Apply.Round(time.Millisecond))
@@ -361,4 +368,15 @@ func FormatTarget(t Target) string {
 		return "GTID " + t.GTID.String()
 	}
 	return "the archive's end"
+}
+
+// restrict is p in the domains of q only.
+func restrict(p, q Position) Position {
+	out := Position{}
+	for d := range q {
+		if g, ok := p[d]; ok {
+			out[d] = g
+		}
+	}
+	return out
 }

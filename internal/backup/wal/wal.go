@@ -43,6 +43,8 @@ type Entry struct {
 	// Info is what the archiver knows of the file's contents (a binary
 	// log's GTIDs and times: package binlog); none for WAL.
 	Info json.RawMessage `json:"info,omitempty"`
+	// Existed: Push found the same contents archived before.
+	Existed bool `json:"-"`
 }
 
 var (
@@ -110,6 +112,7 @@ func (a Archive) PushInfo(ctx context.Context, file string, info any) (Entry, er
 	}
 	switch old, err := a.Entry(ctx, name); {
 	case err == nil && old.SHA256 == sum && old.Size == size:
+		old.Existed = true
 		return old, nil
 	case err == nil:
 		return Entry{}, fmt.Errorf("%s: %w (%d bytes, sha256 %s; now %d bytes, sha256 %s): refusing to overwrite it; "+
