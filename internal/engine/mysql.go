@@ -703,8 +703,16 @@ func (m *mysqlFamily) BinaryLogs(ctx context.Context) ([]BinaryLog, error) {
 
 // FlushBinaryLogs closes the current binary log file and starts the next.
 func (m *mysqlFamily) FlushBinaryLogs(ctx context.Context) error {
-	if _, err := m.db.ExecContext(ctx, "FLUSH BINARY LOGS"); err != nil {
-		return fmt.Errorf("%s %s: closing the current binary log: %w", m.d.name(), m.ep, err)
+	if err := FlushBinaryLogs(ctx, m.db); err != nil {
+		return fmt.Errorf("%s %s: %w", m.d.name(), m.ep, err)
+	}
+	return nil
+}
+
+// FlushBinaryLogs runs FLUSH BINARY LOGS on db.
+func FlushBinaryLogs(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, "FLUSH BINARY LOGS"); err != nil {
+		return fmt.Errorf("closing the current binary log: %w", err)
 	}
 	return nil
 }

@@ -131,21 +131,11 @@ func copyPrefix(src, dest string, size int64) error {
 
 // Last returns the last file archived for source, if any.
 func (a Archive) Last(ctx context.Context, source string) (File, bool, error) {
-	arch, err := a.source(source)
-	if err != nil {
+	files, err := a.sourceFiles(ctx, source)
+	if err != nil || len(files) == 0 {
 		return File{}, false, err
 	}
-	entries, err := arch.List(ctx)
-	if err != nil || len(entries) == 0 {
-		return File{}, false, err
-	}
-	sort.Slice(entries, func(i, j int) bool { return logNumber(entries[i].Name) < logNumber(entries[j].Name) })
-	e := entries[len(entries)-1]
-	var info Info
-	if err := json.Unmarshal(e.Info, &info); err != nil {
-		return File{}, false, fmt.Errorf("%s: its archive entry holds no readable binary log info: %w", a.Store.Location(path.Join(arch.Prefix, e.Name)), err)
-	}
-	return File{Source: source, Entry: e, Info: info}, true, nil
+	return files[len(files)-1], true, nil
 }
 
 // List returns every archived file, by source and, within a source, in the
@@ -164,21 +154,33 @@ func (a Archive) List(ctx context.Context) (map[string][]File, error) {
 	}
 	out := map[string][]File{}
 	for source := range sources {
-		arch, _ := a.source(source)
-		entries, err := arch.List(ctx)
-		if err != nil {
+		if out[source], err = a.sourceFiles(ctx, source); err != nil {
 			return nil, err
 		}
-		for _, e := range entries {
-			var info Info
-			if err := json.Unmarshal(e.Info, &info); err != nil {
-				return nil, fmt.Errorf("%s: its archive entry holds no readable binary log info: %w", a.Store.Location(path.Join(arch.Prefix, e.Name)), err)
-			}
-			out[source] = append(out[source], File{Source: source, Entry: e, Info: info})
-		}
-		sort.Slice(out[source], func(i, j int) bool { return logNumber(out[source][i].Name) < logNumber(out[source][j].Name) })
 	}
 	return out, nil
+}
+
+// sourceFiles returns source's archived files in the server's order.
+func (a Archive) sourceFiles(ctx context.Context, source string) ([]File, error) {
+	arch, err := a.source(source)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := arch.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]File, 0, len(entries))
+	for _, e := range entries {
+		var info Info
+		if err := json.Unmarshal(e.Info, &info); err != nil {
+			return nil, fmt.Errorf("%s: its archive entry holds no readable binary log info: %w", a.Store.Location(path.Join(arch.Prefix, e.Name)), err)
+		}
+		files = append(files, File{Source: source, Entry: e, Info: info})
+	}
+	sort.Slice(files, func(i, j int) bool { return logNumber(files[i].Name) < logNumber(files[j].Name) })
+	return files, nil
 }
 
 // logNumber is the sequence number of a binary log file's name, zero-padded

@@ -39,10 +39,7 @@ func (s SQLServer) BinaryLogs(ctx context.Context) ([]LogFile, error) {
 
 // FlushBinaryLogs runs FLUSH BINARY LOGS.
 func (s SQLServer) FlushBinaryLogs(ctx context.Context) error {
-	if _, err := s.DB.ExecContext(ctx, "FLUSH BINARY LOGS"); err != nil {
-		return fmt.Errorf("closing the current binary log: %w", err)
-	}
-	return nil
+	return engine.FlushBinaryLogs(ctx, s.DB)
 }
 
 // BinlogPosition reads @@gtid_binlog_pos.
