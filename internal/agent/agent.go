@@ -951,6 +951,9 @@ func (a *Agent) guardLoop(ctx context.Context) {
 		cancel()
 		switch {
 		case renewed:
+		case a.stillValid():
+			// The Lease loop renewed meanwhile: its write won the race
+			// this one lost (a conflict), and the Lease is held.
 		case (err != nil || a.holds()) && a.justPromoted():
 			a.cfg.Log.Info("the server was just promoted and its primary Lease could not be confirmed yet; trying again", "error", fmt.Sprint(err))
 		case err == nil && a.fencedNow(ctx):
@@ -969,6 +972,14 @@ func (a *Agent) guardLoop(ctx context.Context) {
 // had this agent kill the server the operator had just promoted (the
 // promotion failed half-way and the failover went round again). A Lease
 // read that names another holder still stops it at once.
+// stillValid: a renewal that succeeded since the guard found the Lease
+// expired (only a successful write moves validUntil) holds it now.
+func (a *Agent) stillValid() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return time.Now().Before(a.validUntil)
+}
+
 func (a *Agent) justPromoted() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()

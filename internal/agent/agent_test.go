@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -48,6 +49,10 @@ type harness struct {
 	// onUpdate, when set (a func(*coordinationv1.Lease)), sees every
 	// Lease update as it is made.
 	onUpdate atomic.Value
+	// lostRace: every Lease update conflicts, as one does when another
+	// renewal of this agent's won the race, which that renewal's success
+	// (validUntil extended) stands for.
+	lostRace atomic.Bool
 }
 
 func lease(holder string) *coordinationv1.Lease { return leaseFor(holder, 1) }
@@ -70,6 +75,12 @@ func start(t *testing.T, pod string, l *coordinationv1.Lease, writable bool, opt
 	h.cs.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if h.apiDown.Load() || (h.updatesDown.Load() && action.GetVerb() == "update") {
 			return true, nil, errors.New("the API server is unreachable")
+		}
+		if action.GetVerb() == "update" && h.lostRace.Load() {
+			h.agent.mu.Lock()
+			h.agent.validUntil = time.Now().Add(300 * time.Millisecond)
+			h.agent.mu.Unlock()
+			return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), "db-primary", errors.New("the object has been modified"))
 		}
 		if action.GetVerb() == "update" {
 			h.renewals.Add(1)
@@ -189,6 +200,21 @@ func TestHolderStopsItsServerWhenItCannotRenew(t *testing.T) {
 	// starts again, writable, after a renewal.
 	h.apiDown.Store(false)
 	waitFor(t, "the server started again", 5*time.Second, func() bool { return h.pid() != 0 })
+}
+
+// TestLostRenewalRaceKeepsTheServer: the guard and the Lease loop both
+// renew; when the guard's write conflicts because the loop's won (the
+// Lease still names this pod, valid for a while), the server is kept. It
+// was killed, found under load right after a switchover.
+func TestLostRenewalRaceKeepsTheServer(t *testing.T) {
+	h := start(t, "db-0", lease("db-0"), true)
+	waitFor(t, "the server started", 5*time.Second, func() bool { return h.pid() != 0 })
+	pid := h.pid()
+	h.lostRace.Store(true)
+	time.Sleep(2 * time.Second)
+	if h.pid() != pid || !alive(pid) {
+		t.Fatalf("the server (pid %d) was stopped while its Lease stayed valid (renewed by the other writer of the race)", pid)
+	}
 }
 
 // TestHungServerIsStoppedAndStartedAgain: a server that stops answering is

@@ -154,7 +154,7 @@ func (a *Agent) archiveBinlogs(ctx context.Context, inst *engine.Instance) error
 		if timeout <= 0 {
 			timeout = time.Minute
 		}
-		fresh := &binlog.Archiver{Archive: *a.cfg.BinlogArchive, Source: source, Dir: dir, Timeout: timeout, Log: a.cfg.Log}
+		fresh := &binlog.Archiver{Archive: *a.cfg.BinlogArchive, Source: source, Dir: dir, Timeout: timeout, Stream: true, Log: a.cfg.Log}
 		if r != nil {
 			fresh.Carry(r) // the failures counted so far
 		}

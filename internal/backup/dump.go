@@ -241,7 +241,11 @@ func retain(ctx context.Context, o Options, m *Manifest, now time.Time) (Pruned,
 		return pruned, fmt.Errorf("backup completed, but retention failed: %w", err)
 	}
 	if o.Archive != "" && o.Retention.bounded() {
-		if pruned.WAL, pruned.WALBefore, err = PruneArchive(ctx, o.Store, o.Archive, m, o.DatabaseCreated); err != nil {
+		prune := PruneArchive
+		if m.Engine != dbv1.EnginePostgreSQL {
+			prune = PruneBinlogArchive
+		}
+		if pruned.Archived, pruned.ArchiveKeptFrom, err = prune(ctx, o.Store, o.Archive, m, o.DatabaseCreated); err != nil {
 			return pruned, fmt.Errorf("backup completed, but the archive's retention failed: %w", err)
 		}
 	}

@@ -25,8 +25,9 @@ type Result struct {
 	CompletedAt time.Time `json:"completedAt,omitzero"`
 	// Pruned names the backups retention deleted.
 	Pruned []string `json:"pruned,omitempty"`
-	// PrunedWAL counts the archived WAL files retention deleted, those
-	// before WALKeptFrom (where the oldest base backup kept starts).
+	// PrunedWAL counts the archived files (WAL segments or binary log
+	// files) retention deleted; WALKeptFrom is where what is kept begins
+	// (Pruned.ArchiveKeptFrom). The JSON names predate binary log archives.
 	PrunedWAL   int    `json:"prunedWAL,omitempty"`
 	WALKeptFrom string `json:"walKeptFrom,omitempty"`
 }
@@ -71,7 +72,7 @@ func ResultOf(m *Manifest, location string, pruned Pruned, err error) Result {
 	r := Result{Succeeded: true, Reason: "Completed", Location: location, Path: Path(m.Namespace, m.Database, m.Backup),
 		Version: m.Version, Position: m.Position, Size: m.Size(), Checksum: m.Checksum(),
 		StartedAt: m.StartedAt, CompletedAt: m.CompletedAt, Pruned: pruned.Backups,
-		PrunedWAL: pruned.WAL, WALKeptFrom: pruned.WALBefore}
+		PrunedWAL: pruned.Archived, WALKeptFrom: pruned.ArchiveKeptFrom}
 	if err != nil {
 		r.Message = err.Error() // retention failed; the backup is good
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
 )
@@ -26,10 +27,13 @@ func (r Retention) bounded() bool { return r.KeepLast > 0 || r.MaxAge > 0 }
 type Pruned struct {
 	// Backups names the backups deleted.
 	Backups []string
-	// WAL counts the archived WAL files deleted, those before WALBefore
-	// (the first file the oldest base backup kept reads).
-	WAL       int
-	WALBefore string
+	// Archived counts the archived files deleted (WAL segments or binary
+	// log files) that no kept backup's recovery reads; ArchiveKeptFrom
+	// says where the kept ones begin: the first WAL file the oldest base
+	// backup kept reads, or the oldest GTID position a kept backup
+	// replays from.
+	Archived        int
+	ArchiveKeptFrom string
 }
 
 // ParseMaxAge reads spec.backup.retention.maxAge: a number and h, d or w.
@@ -183,4 +187,40 @@ func PruneArchive(ctx context.Context, store storage.Store, prefix string, just 
 	}
 	n, err := wal.Archive{Store: store, Prefix: prefix}.PruneBefore(ctx, oldest)
 	return n, oldest, err
+}
+
+// PruneBinlogArchive deletes the files of the Database's binary log archive
+// at prefix (in the same store) that no replay from a kept backup reads
+// (binlog.Archive.Prune), from the GTID positions the kept backups'
+// manifests record. It deletes nothing while a manifest cannot be read or
+// a kept backup records no position (what it needs is not known). It
+// returns how many files it deleted and the oldest position kept backups
+// replay from.
+func PruneBinlogArchive(ctx context.Context, store storage.Store, prefix string, just *Manifest, created time.Time) (int, string, error) {
+	if just.DatabaseUID == "" {
+		return 0, "", fmt.Errorf("archive retention needs the Database's UID (--database-uid)")
+	}
+	backups, unreadable, err := ownBackups(ctx, store, just, created)
+	if err != nil {
+		return 0, "", err
+	}
+	if len(unreadable) > 0 {
+		return 0, "", fmt.Errorf("the archive is kept whole: %w", errors.Join(unreadable...))
+	}
+	var positions []binlog.Position
+	oldest := binlog.Position{}
+	for _, b := range backups {
+		p, err := binlog.ParsePosition(b.m.Position)
+		if err != nil || len(p) == 0 {
+			return 0, "", nil // a backup whose start is not known: keep everything
+		}
+		positions = append(positions, p)
+		for d, g := range p {
+			if o, ok := oldest[d]; !ok || g.Sequence < o.Sequence {
+				oldest[d] = g
+			}
+		}
+	}
+	deleted, err := binlog.Archive{Store: store, Prefix: prefix}.Prune(ctx, positions)
+	return len(deleted), oldest.String(), err
 }

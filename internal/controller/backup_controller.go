@@ -23,8 +23,6 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/backup"
-	"example.com/database-operator/internal/backup/binlog"
-	"example.com/database-operator/internal/backup/wal"
 )
 
 // +kubebuilder:rbac:groups=example.com,resources=backups,verbs=list;watch;create;delete,namespace=system
@@ -127,11 +125,10 @@ func backupArgs(b *dbv1.Backup, db *dbv1.Database, pod string, st *dbv1.BackupSt
 		if p.Retention.MaxAge != "" {
 			args = append(args, "--max-age="+p.Retention.MaxAge)
 		}
-		if p.Archiving() && db.Spec.Engine == dbv1.EnginePostgreSQL {
+		if p.Archiving() {
 			// The archive lives there too: retention keeps what the kept
-			// base backups need of it, and deletes the rest. (MariaDB's
-			// binary log archive is kept whole.)
-			args = append(args, "--archive="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+			// backups' recoveries read of it, and deletes the rest.
+			args = append(args, "--archive="+archiveOf(db).path)
 		}
 	}
 	if st.Method == dbv1.BackupPhysical {
@@ -148,14 +145,10 @@ func recordMethod(st *dbv1.BackupStatus, b *dbv1.Backup, db *dbv1.Database) {
 		return
 	}
 	st.Method = backupMethod(b, db)
-	switch {
-	case b.Spec.Target != nil || !archives(db):
-	case st.Method == dbv1.BackupPhysical && db.Spec.Engine == dbv1.EnginePostgreSQL:
-		st.ArchivePath = wal.Prefix(db.Namespace, db.Name, string(db.UID))
-	case st.Method == dbv1.BackupLogical && db.Spec.Engine == dbv1.EngineMariaDB:
-		// A dump records its GTID position: the binary log archive
-		// replays from there.
-		st.ArchivePath = binlog.Prefix(db.Namespace, db.Name, string(db.UID))
+	// PostgreSQL replays its WAL archive from a base backup, MariaDB its
+	// binary log archive from a dump (which records its GTID position).
+	if a := archiveOf(db); b.Spec.Target == nil && archives(db) && st.Method == a.method {
+		st.ArchivePath = a.path
 	}
 }
 
@@ -279,9 +272,13 @@ func (r *BackupReconciler) observeJob(ctx context.Context, b *dbv1.Backup, db *d
 			msg += "; " + result.Message
 		}
 		r.finish(st, dbv1.BackupCompleted, dbv1.ReasonBackupCompleted, msg)
-		if result.PrunedWAL > 0 {
+		switch {
+		case result.PrunedWAL > 0 && db.Spec.Engine == dbv1.EnginePostgreSQL:
 			r.event(b, db, corev1.EventTypeNormal, dbv1.ReasonArchivePruned,
 				"retention deleted %d archived WAL files before %s, where the oldest base backup kept starts", result.PrunedWAL, result.WALKeptFrom)
+		case result.PrunedWAL > 0:
+			r.event(b, db, corev1.EventTypeNormal, dbv1.ReasonArchivePruned,
+				"retention deleted %d archived binary log files that no kept backup replays (the oldest kept replays from %s)", result.PrunedWAL, result.WALKeptFrom)
 		}
 		return ctrl.Result{}, r.prune(ctx, b, st.Target, result.Pruned)
 	case out.reason == dbv1.ReasonDeadlineExceeded:

@@ -40,8 +40,9 @@ func TestPruneDeletesOnlyRecordsOfDeletedBackups(t *testing.T) {
 }
 
 // TestBackupArgsPruneTheArchive: a backup at the Database's own target,
-// which its WAL archive shares, carries the archive to its retention; one
-// at a target of its own, or of a Database that does not archive, does not.
+// which its archive (WAL, or MariaDB's binary log) shares, carries the
+// archive to its retention; one at a target of its own, or of a Database
+// that does not archive, does not.
 func TestBackupArgsPruneTheArchive(t *testing.T) {
 	keep := int32(2)
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "uid-1"},
@@ -52,15 +53,18 @@ func TestBackupArgsPruneTheArchive(t *testing.T) {
 	elsewhere.Spec.Target = &dbv1.BackupTarget{Volume: &dbv1.VolumeTarget{ClaimName: "other"}}
 	noArchive := db.DeepCopy()
 	noArchive.Spec.Backup.Archive = nil
+	maria := db.DeepCopy()
+	maria.Spec.Engine = dbv1.EngineMariaDB
 	for _, c := range []struct {
 		name string
 		b    *dbv1.Backup
 		db   *dbv1.Database
-		want bool
-	}{{"own target", own, db, true}, {"a target of its own", elsewhere, db, false}, {"no archive", own, noArchive, false}} {
+		want string
+	}{{"own target", own, db, "--archive=shop/orders/_wal/uid-1"}, {"a target of its own", elsewhere, db, ""},
+		{"no archive", own, noArchive, ""}, {"MariaDB", own, maria, "--archive=shop/orders/_binlog/uid-1"}} {
 		args := strings.Join(backupArgs(c.b, c.db, "orders-1", &dbv1.BackupStatus{}), " ")
-		if got := strings.Contains(args, "--archive=shop/orders/_wal/uid-1"); got != c.want {
-			t.Errorf("%s: %s", c.name, args)
+		if got := strings.Contains(args, "--archive="); got != (c.want != "") || !strings.Contains(args, c.want) {
+			t.Errorf("%s: %s, want %q", c.name, args, c.want)
 		}
 	}
 }

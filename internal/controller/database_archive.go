@@ -15,9 +15,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	"example.com/database-operator/internal/agent"
-	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
-	"example.com/database-operator/internal/backup/wal"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -56,10 +54,10 @@ func archiveValues(db *dbv1.Database) map[string]any {
 	}
 	if db.Spec.Engine == dbv1.EnginePostgreSQL {
 		args := append([]string{agentBinary, "wal-push"}, tp.args...)
-		args = append(args, "--prefix="+wal.Prefix(db.Namespace, db.Name, string(db.UID)))
+		args = append(args, "--prefix="+archiveOf(db).path)
 		values["command"] = shellJoin(args) + " %p"
 	} else {
-		args := append(append([]any{}, toAny(tp.args)...), "--prefix="+binlog.Prefix(db.Namespace, db.Name, string(db.UID)))
+		args := append(append([]any{}, toAny(tp.args)...), "--prefix="+archiveOf(db).path)
 		values["binlogArchive"] = args
 	}
 	if s3 := db.Spec.Backup.Target.S3; s3 != nil {
@@ -206,10 +204,13 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	}
 	if mariadb {
 		// The archive holds every transaction before the last file's
-		// close, not its upload (a promoted replica uploads old files).
+		// close (or the last streamed piece's last event), not its upload
+		// (a promoted replica uploads old files). That moment is
+		// lastRecoverableTime: the message, which moves only with whole
+		// files, leaves it out.
 		return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonBinlogArchived, lastArchived: extra.closedAt, gap: extra.gap, gapAt: extra.gapAt,
-			message: fmt.Sprintf("%s archived the binary log file %s at %s, closed at %s (%d files since its agent started)", primary, a.LastArchived,
-				a.LastArchivedAt.UTC().Format(time.RFC3339), extra.closedAt.UTC().Format(time.RFC3339), a.Archived)}
+			message: fmt.Sprintf("%s archived the binary log file %s at %s (%d files since its agent started), and streams the file it writes", primary, a.LastArchived,
+				a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 	}
 	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
 		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
@@ -269,6 +270,11 @@ func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, 
 		Failed: st.Failed, LastFailed: st.LastFailed, LastFailedAt: st.LastFailedAt}
 	if !st.Enabled {
 		a.Mode = "off"
+	}
+	if !st.Failing() && a.Failing() {
+		// A piece of the file it writes was streamed since the failure:
+		// archiving works again, before the next whole file.
+		a.LastArchivedAt = st.LastStreamedAt
 	}
 	return a, binlogExtra{closedAt: st.LastClosedAt, gap: st.LastGap, gapAt: st.LastGapAt, lastError: st.LastError}, nil
 }

@@ -236,12 +236,12 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 
 	// restoreCommand runs the restore Job's program into a new server,
 	// replaying the archive with args.
-	restoreCommand := func(t *testing.T, args ...string) (*testservers.MariaDB, backup.Result, error) {
+	restoreCommand := func(t *testing.T, name string, args ...string) (*testservers.MariaDB, backup.Result, error) {
 		fresh := testservers.StartMariaDBPrimary(t)
 		t.Setenv(backup.EnvPassword, testservers.MariaDBRootPassword)
 		result := filepath.Join(t.TempDir(), "result")
 		err := backup.RestoreCommand(ctx, append([]string{"--engine=mariadb", "--host=127.0.0.1", "--port=" + itoa(fresh.Port), "--user=root",
-			"--dir=" + root, "--path=" + backup.Path("prod", "shop", "shop-1"), "--scratch=" + t.TempDir(), "--result-file=" + result,
+			"--dir=" + root, "--path=" + backup.Path("prod", "shop", name), "--scratch=" + t.TempDir(), "--result-file=" + result,
 			"--binlog-archive=" + arch.Prefix}, args...), testWriter{t})
 		var res backup.Result
 		if b, rerr := os.ReadFile(result); rerr != nil || json.Unmarshal(b, &res) != nil {
@@ -251,7 +251,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	}
 
 	t.Run("to a GTID, through the restore program", func(t *testing.T) {
-		fresh, res, err := restoreCommand(t, "--target-gtid="+gtidTarget)
+		fresh, res, err := restoreCommand(t, "shop-1", "--target-gtid="+gtidTarget)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = os.WriteFile(file, keep, 0o600) }()
-		fresh, res, err := restoreCommand(t)
+		fresh, res, err := restoreCommand(t, "shop-1")
 		if err == nil || res.Reason != backup.ReasonArchiveCorrupt || !strings.Contains(res.Message, bad.Name) || !strings.Contains(res.Message, "can restore up to") {
 			t.Fatalf("restore over a corrupted file: %v, result %+v", err, res)
 		}
@@ -298,6 +298,97 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 			t.Errorf("replay over a corrupted file: %v", err)
 		}
 	})
+
+	// A second backup with retention keeping one: the first goes, and
+	// with it the archived files no replay from the second reads; the
+	// replay from the second is what it was, and a restore from it
+	// reaches writes made after it.
+	t.Run("retention keeps what the kept backup replays", func(t *testing.T) {
+		files, err := arch.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := len(files["shop-1-a"])
+		m2, pruned, err := backup.Run(ctx, backup.Options{Server: mariaServer(primary), Store: store, Namespace: "prod", Database: "shop",
+			DatabaseUID: "uid-1", DatabaseCreated: m.StartedAt.Add(-time.Minute), Name: "shop-2",
+			Retention: backup.Retention{KeepLast: 1}, Archive: arch.Prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		from2, err := binlog.ParsePosition(m2.Position)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chainBefore, err := binlog.Chain(files, from2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pruned.Backups) != 1 || pruned.Backups[0] != "shop-1" || pruned.Archived == 0 || pruned.ArchiveKeptFrom != from2.String() {
+			t.Fatalf("retention: %+v, want shop-1 and the files before %s deleted", pruned, from2)
+		}
+		if files, err = arch.List(ctx); err != nil || len(files["shop-1-a"]) != total-pruned.Archived {
+			t.Fatalf("%d files left of %d, %d deleted (%v)", len(files["shop-1-a"]), total, pruned.Archived, err)
+		}
+		if chainAfter, err := binlog.Chain(files, from2); err != nil || names(chainAfter) != names(chainBefore) {
+			t.Errorf("the replay from the kept backup changed: %s (%v), was %s", names(chainAfter), err, names(chainBefore))
+		}
+		t.Logf("retention deleted %d of %d archived files; the replay from shop-2 reads %s", pruned.Archived, total, names(chainBefore))
+		later := mariaWriter(t, ctx, primary)
+		time.Sleep(time.Second)
+		writes := later.Stop()
+		archiveAll(t, ctx, primary, archiver)
+		fresh, res, err := restoreCommand(t, "shop-2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lost, holes, _ := pitrcheck.Loss(writes, mariaRows(t, ctx, fresh)); lost > 0 || holes > 0 || len(writes) == 0 {
+			t.Errorf("restored from the kept backup to the end: %d of %d writes lost, %d holes; %s", lost, len(writes), holes, res.Message)
+		}
+	})
+
+	// The file the server writes is streamed: with a timeout that never
+	// closes it, a restore to the end holds every write acknowledged
+	// before the archiver's last round, the file never closed.
+	t.Run("the file being written is streamed", func(t *testing.T) {
+		streamer := &binlog.Archiver{Archive: arch, Source: "shop-1-a", Dir: primary.Data(), Server: binlog.SQLServer{DB: db},
+			Timeout: time.Hour, Stream: true, Log: testr.New(t)}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); streamer.Run(runCtx, 200*time.Millisecond) }()
+		w := mariaWriter(t, ctx, primary)
+		time.Sleep(1500 * time.Millisecond)
+		writes := w.Stop()
+		time.Sleep(time.Second) // a round or more after the last write
+		stop()
+		<-done
+		st := streamer.Status()
+		files, err := arch.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := files["shop-1-a"]
+		if len(fs) == 0 || !fs[len(fs)-1].Streamed || st.Streamed == 0 || st.Failing() {
+			t.Fatalf("nothing streamed: %+v", st)
+		}
+		fresh, res, err := restoreCommand(t, "shop-2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost, holes, _ := pitrcheck.Loss(writes, mariaRows(t, ctx, fresh))
+		t.Logf("streamed %d bytes of %s; %s", st.Streamed, fs[len(fs)-1].Name, res.Message)
+		if lost > 0 || holes > 0 || len(writes) == 0 {
+			t.Errorf("restored to the end of a streamed file: %d of %d writes lost, %d holes", lost, len(writes), holes)
+		}
+	})
+}
+
+// names lists archived files as a replay reads them.
+func names(fs []binlog.File) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.String())
+	}
+	return strings.Join(out, " ")
 }
 
 // testWriter is the test's log as an io.Writer.

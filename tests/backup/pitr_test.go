@@ -477,10 +477,10 @@ func TestPostgresPointInTimeRecovery(t *testing.T) {
 			t.Fatalf("second physical backup: %v", err)
 		}
 		giveTreeToPostgres(t, archiveDir)
-		if !slices.Equal(pruned.Backups, []string{"base-1"}) || m2.WALStart == "" || pruned.WALBefore != m2.WALStart || pruned.WAL == 0 {
+		if !slices.Equal(pruned.Backups, []string{"base-1"}) || m2.WALStart == "" || pruned.ArchiveKeptFrom != m2.WALStart || pruned.Archived == 0 {
 			t.Fatalf("retention: %+v; base-2 starts at %q", pruned, m2.WALStart)
 		}
-		t.Logf("retention deleted %s and %d archived files before %s", pruned.Backups, pruned.WAL, pruned.WALBefore)
+		t.Logf("retention deleted %s and %d archived files before %s", pruned.Backups, pruned.Archived, pruned.ArchiveKeptFrom)
 		wc := pgConn(t, ctx, src, "postgres")
 		defer wc.Close(ctx)
 		w8 := pitrcheck.Start(ctx, wc, t.Errorf)

@@ -411,6 +411,7 @@ func restoreOverKeptData(t testing.TB, ns, backupName string) {
 // credentials, a deadline (a dump blocked by a table lock), a scheduled run
 // while another backup runs (skipped).
 func TestMariaDBBackupToS3AndFailures(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// On the node's bridge address: where a backup Job's pod reaches it, as
 	// it would reach an object store outside the cluster.

@@ -38,6 +38,7 @@ import (
 // (the chart's mount paths are what ran), and Ready says the primary serves
 // writes only because the operator asked its server.
 func TestPostgresOnRealPods(t *testing.T) {
+	t.Parallel()
 	db := createDatabase(t, "pg", dbv1.EnginePostgreSQL, "15", 2)
 	got := waitRunning(t, db, 2, 5*time.Minute)
 	checkReadyVerified(t, got)
@@ -233,6 +234,7 @@ func brokenInstance(t testing.TB, db *dbv1.Database, name string, mutate func(*c
 // image's entrypoint (the node's stand-in) with the chart's configuration
 // in /etc/mysql/conf.d.
 func TestMariaDBOnRealPods(t *testing.T) {
+	t.Parallel()
 	db := createDatabase(t, "maria", dbv1.EngineMariaDB, "10.11", 2)
 	got := waitRunning(t, db, 2, 5*time.Minute)
 	checkReadyVerified(t, got)
@@ -282,6 +284,7 @@ func TestMariaDBOnRealPods(t *testing.T) {
 // database image's container, as in a cluster) onto a volume, and a new
 // Database bootstrapped from it has the rows.
 func TestBackupAndRestoreOnRealPods(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := createDatabase(t, "shop", dbv1.EngineMariaDB, "10.11", 1)
 	waitRunning(t, db, 1, 5*time.Minute)

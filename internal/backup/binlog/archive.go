@@ -57,6 +57,9 @@ type File struct {
 	Source string
 	wal.Entry
 	Info Info
+	// Streamed: the file the server was writing, archived in pieces as
+	// far as Info says (stream.go); not archived whole (yet).
+	Streamed bool
 }
 
 func (f File) String() string { return f.Source + "/" + f.Name }
@@ -139,7 +142,8 @@ func (a Archive) Last(ctx context.Context, source string) (File, bool, error) {
 }
 
 // List returns every archived file, by source and, within a source, in the
-// server's order.
+// server's order: a source's last may be one streamed as the server wrote
+// it.
 func (a Archive) List(ctx context.Context) (map[string][]File, error) {
 	keys, err := a.Store.List(ctx, a.Prefix)
 	if err != nil {
@@ -157,6 +161,9 @@ func (a Archive) List(ctx context.Context) (map[string][]File, error) {
 		if out[source], err = a.sourceFiles(ctx, source); err != nil {
 			return nil, err
 		}
+	}
+	if err := a.addStreamed(ctx, keys, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -191,8 +198,12 @@ func logNumber(name string) string {
 }
 
 // Fetch writes the archived file f to dest, verified twice: its checksum
-// against the entry, then every event's own checksum.
+// against the entry (a streamed file: its pieces against its info), then
+// every event's own checksum.
 func (a Archive) Fetch(ctx context.Context, f File, dest string) error {
+	if f.Streamed {
+		return a.fetchStreamed(ctx, f, dest)
+	}
 	arch, err := a.source(f.Source)
 	if err != nil {
 		return err
@@ -204,6 +215,56 @@ func (a Archive) Fetch(ctx context.Context, f File, dest string) error {
 		return fmt.Errorf("%w: %w", wal.ErrCorrupt, err)
 	}
 	return nil
+}
+
+// Prune deletes the archived files no replay from the given positions (the
+// kept backups') can read: in each source, a file followed by one that
+// begins at or before every position. Chain starts a source's run at its
+// latest file beginning at or before the backup's position, so such a file
+// is never in a run, and the run Chain picks from each position is the
+// same before and after. A source's last file always stays: the agent
+// checks its next file against it for a gap. Without positions nothing is
+// deleted. It returns the files it deleted.
+func (a Archive) Prune(ctx context.Context, positions []Position) ([]File, error) {
+	if len(positions) == 0 {
+		return nil, nil
+	}
+	files, err := a.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sources := make([]string, 0, len(files))
+	for source := range files {
+		sources = append(sources, source)
+	}
+	sort.Strings(sources)
+	var deleted []File
+	for _, source := range sources {
+		fs := files[source]
+		arch, err := a.source(source)
+		if err != nil {
+			return deleted, err
+		}
+		for i := 0; i+1 < len(fs); i++ {
+			if fs[i].Streamed || !coveredByAll(positions, StartOf(fs[i+1].Info)) {
+				break // this file, or a later one, begins a run
+			}
+			if err := arch.Delete(ctx, fs[i].Name); err != nil {
+				return deleted, err
+			}
+			deleted = append(deleted, fs[i])
+		}
+	}
+	return deleted, nil
+}
+
+func coveredByAll(positions []Position, p Position) bool {
+	for _, q := range positions {
+		if !q.Covers(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // ErrNoChain is wrapped by Chain's error when no source's archive reaches

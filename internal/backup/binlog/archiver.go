@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -53,8 +55,9 @@ type Status struct {
 	Archived       int64
 	LastArchived   string
 	LastArchivedAt time.Time
-	// LastClosedAt is when the last archived file was closed: the archive
-	// holds every transaction before it.
+	// LastClosedAt is when the last archived file was closed, or the
+	// last event of the last streamed piece: the archive holds every
+	// transaction before it.
 	LastClosedAt time.Time
 	Failed       int64
 	LastFailed   string
@@ -66,10 +69,16 @@ type Status struct {
 	Gaps      int64
 	LastGap   string
 	LastGapAt time.Time
+	// Streamed counts the bytes of files archived as the server wrote
+	// them (Archiver.Stream), LastStreamedAt when it last sent some.
+	Streamed       int64
+	LastStreamedAt time.Time
 }
 
 // Failing says whether the last attempt failed.
-func (s Status) Failing() bool { return s.Failed > 0 && s.LastFailedAt.After(s.LastArchivedAt) }
+func (s Status) Failing() bool {
+	return s.Failed > 0 && s.LastFailedAt.After(s.LastArchivedAt) && s.LastFailedAt.After(s.LastStreamedAt)
+}
 
 // Archiver copies a primary's finished binary log files to the archive,
 // oldest first, and closes the current file at most Timeout after a write
@@ -84,8 +93,11 @@ type Archiver struct {
 	Dir     string
 	Server  Server
 	Timeout time.Duration
-	Log     logr.Logger
-	Now     func() time.Time
+	// Stream archives the file the server writes as it grows, every
+	// round (Archive.PushPart), besides each file whole once closed.
+	Stream bool
+	Log    logr.Logger
+	Now    func() time.Time
 
 	mu     sync.Mutex
 	status Status
@@ -101,6 +113,10 @@ type Archiver struct {
 	current string
 	pos     string
 	dirty   time.Time
+	// streaming is the file being streamed, streamed what of it was
+	// sent (read through, its events verified).
+	streaming string
+	streamed  *scanner
 }
 
 func (r *Archiver) now() time.Time {
@@ -194,7 +210,23 @@ func (r *Archiver) once(ctx context.Context) error {
 		return err
 	}
 	cur := files[len(files)-1]
-	sctx, cancel = context.WithTimeout(ctx, sqlTimeout)
+	var streamErr error
+	if r.Stream {
+		fctx, cancel := context.WithTimeout(ctx, fileDeadline(cur.Size))
+		if err := r.stream(fctx, cur); err != nil {
+			streamErr = &fileError{cur.Name, err}
+		}
+		cancel()
+	}
+	// A failed piece is retried next round; the file still closes in
+	// time, to be archived whole.
+	return errors.Join(streamErr, r.closeIfWaited(ctx, cur))
+}
+
+// closeIfWaited closes the current file (and archives it) once a write
+// has waited Timeout in it.
+func (r *Archiver) closeIfWaited(ctx context.Context, cur LogFile) error {
+	sctx, cancel := context.WithTimeout(ctx, sqlTimeout)
 	defer cancel()
 	// The GTID position moves with every write, and only then (the size
 	// of the file does not: the server adds a checkpoint event to a new
@@ -225,7 +257,8 @@ func (r *Archiver) once(ctx context.Context) error {
 		return err
 	}
 	r.Log.V(1).Info("closed the binary log for archiving", "file", cur.Name, "waited", now.Sub(r.dirty).Round(time.Millisecond))
-	if files, err = r.Server.BinaryLogs(sctx); err != nil {
+	files, err := r.Server.BinaryLogs(sctx)
+	if err != nil {
 		return err
 	}
 	r.current, r.pos, r.dirty = files[len(files)-1].Name, pos, time.Time{}
@@ -284,8 +317,79 @@ func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 		r.mu.Unlock()
 		r.done[f.Name] = true
 		r.Log.Info("archived a binary log", "file", f.Name, "bytes", pushed.Size, "transactions", pushed.Info.Transactions, "end", pushed.Info.End.String())
+		if r.Stream {
+			// Readers take the whole file over its pieces: a piece left
+			// behind is only untidy.
+			if err := r.Archive.deletePart(ctx, r.Source, f.Name); err != nil {
+				r.Log.Error(err, "deleting the streamed pieces of an archived binary log", "file", f.Name)
+			}
+		}
 	}
 	return nil
+}
+
+// stream archives what the server added to the file it writes since the
+// last round: up to the size the server gives (SHOW BINARY LOGS, read
+// under the log's lock: the end of a transaction). An agent restarted
+// mid-file goes on after what the archive holds of it.
+func (r *Archiver) stream(ctx context.Context, cur LogFile) error {
+	file := filepath.Join(r.Dir, cur.Name)
+	if r.streaming != cur.Name {
+		r.streaming, r.streamed = cur.Name, newScanner()
+		info, found, err := r.Archive.streamedInfo(ctx, r.Source, cur.Name)
+		if err != nil {
+			r.streaming = ""
+			return fmt.Errorf("reading what was streamed of it: %w", err)
+		}
+		if found && info.Size <= cur.Size {
+			if sc, err := scanRange(file, newScanner(), 0, info.Size); err == nil && sc.info.Size == info.Size {
+				r.streamed = sc
+			}
+		}
+	}
+	from := r.streamed.info.Size
+	if cur.Size <= from {
+		return nil
+	}
+	next, err := scanRange(file, r.streamed.clone(), from, cur.Size)
+	if err != nil {
+		return err
+	}
+	if next.info.Size != cur.Size {
+		// Not all on disk yet: the next round sends it.
+		return nil
+	}
+	info := next.info
+	info.ClosedAt = info.LastEvent // every transaction dated before it is in
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	if err := r.Archive.PushPart(ctx, r.Source, cur.Name, io.NewSectionReader(f, from, cur.Size-from), from, cur.Size, info); err != nil {
+		return err
+	}
+	r.streamed = next
+	r.mu.Lock()
+	r.status.Streamed += cur.Size - from
+	r.status.LastStreamedAt, r.status.LastClosedAt = r.now(), info.ClosedAt
+	r.mu.Unlock()
+	r.Log.V(1).Info("streamed the binary log", "file", cur.Name, "from", from, "to", cur.Size, "end", info.End.String())
+	return nil
+}
+
+// scanRange reads bytes [from, to) of file into sc, as far as they hold
+// whole events.
+func scanRange(file string, sc *scanner, from, to int64) (*scanner, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	if err := sc.read(io.NewSectionReader(f, from, to-from), true); err != nil {
+		return nil, err
+	}
+	return sc, nil
 }
 
 // scanOpen reads the file the server writes as far as it is whole (its

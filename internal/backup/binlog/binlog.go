@@ -169,20 +169,53 @@ func Scan(r io.Reader) (Info, error) { return scan(r, false) }
 // scan is Scan; partial stops without an error at a truncated event (a
 // file the server is writing).
 func scan(r io.Reader, partial bool) (Info, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	head := make([]byte, len(magic))
-	if _, err := io.ReadFull(br, head); err != nil || string(head) != string(magic) {
-		return Info{}, fmt.Errorf("%w: no binary log header", ErrCorrupt)
+	s := newScanner()
+	if err := s.read(r, partial); err != nil {
+		return Info{}, err
 	}
-	info := Info{Start: Position{}, End: Position{}, FirstGTIDs: Position{}, Size: int64(len(magic))}
-	checksums := false
-	var buf []byte
-	for n := 0; ; n++ {
-		hdr := make([]byte, headerLen)
+	return s.info, nil
+}
+
+// scanner reads a binary log's events in order, verifying each; it can be
+// fed a file in pieces (the file the server writes, streamed as it grows).
+type scanner struct {
+	info      Info
+	checksums bool
+	buf       []byte
+}
+
+func newScanner() *scanner {
+	return &scanner{info: Info{Start: Position{}, End: Position{}, FirstGTIDs: Position{}}}
+}
+
+// clone is a copy that reads on independently (a piece that turns out not
+// to be whole leaves the original as it was).
+func (s *scanner) clone() *scanner {
+	c := *s
+	c.info.Start, c.info.End, c.info.FirstGTIDs = maps(s.info.Start), maps(s.info.End), maps(s.info.FirstGTIDs)
+	c.buf = nil
+	return &c
+}
+
+// read reads events from r, the file's next bytes, to its end: the file's
+// header first when nothing was read yet. partial stops without an error
+// at a truncated event, which is then not counted.
+func (s *scanner) read(r io.Reader, partial bool) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	info := &s.info
+	if info.Size == 0 {
+		head := make([]byte, len(magic))
+		if _, err := io.ReadFull(br, head); err != nil || string(head) != string(magic) {
+			return fmt.Errorf("%w: no binary log header", ErrCorrupt)
+		}
+		info.Size = int64(len(magic))
+	}
+	hdr := make([]byte, headerLen)
+	for {
 		if _, err := io.ReadFull(br, hdr); err == io.EOF || partial && err != nil {
-			break
+			return nil
 		} else if err != nil {
-			return Info{}, fmt.Errorf("%w: a truncated event header at byte %d", ErrCorrupt, info.Size)
+			return fmt.Errorf("%w: a truncated event header at byte %d", ErrCorrupt, info.Size)
 		}
 		at := info.Size
 		when := binary.LittleEndian.Uint32(hdr[0:])
@@ -191,39 +224,38 @@ func scan(r io.Reader, partial bool) (Info, error) {
 		size := binary.LittleEndian.Uint32(hdr[9:])
 		flags := binary.LittleEndian.Uint16(hdr[17:])
 		if size < headerLen || size > 1<<30 {
-			return Info{}, fmt.Errorf("%w: an event at byte %d claims %d bytes", ErrCorrupt, at, size)
+			return fmt.Errorf("%w: an event at byte %d claims %d bytes", ErrCorrupt, at, size)
 		}
-		if cap(buf) < int(size) {
-			buf = make([]byte, size)
+		if cap(s.buf) < int(size) {
+			s.buf = make([]byte, size)
 		}
-		ev := buf[:size]
+		ev := s.buf[:size]
 		copy(ev, hdr)
 		if _, err := io.ReadFull(br, ev[headerLen:]); err != nil {
 			if partial {
-				break
+				return nil
 			}
-			return Info{}, fmt.Errorf("%w: a truncated event at byte %d (%d bytes announced)", ErrCorrupt, at, size)
+			return fmt.Errorf("%w: a truncated event at byte %d (%d bytes announced)", ErrCorrupt, at, size)
 		}
-		info.Size += int64(size)
-		if n == 0 {
+		if at == int64(len(magic)) {
 			if typ != formatDescriptionEvent || size < headerLen+57+5 {
-				return Info{}, fmt.Errorf("%w: it does not start with a format description", ErrCorrupt)
+				return fmt.Errorf("%w: it does not start with a format description", ErrCorrupt)
 			}
-			checksums = ev[size-5] == checksumCRC32
+			s.checksums = ev[size-5] == checksumCRC32
 			info.Closed = flags&logEventBinlogInUse == 0
 		}
+		info.Size += int64(size)
 		body := ev[headerLen:]
-		if checksums {
+		if s.checksums {
 			if !checksumOK(ev, typ) {
-				return Info{}, fmt.Errorf("%w: the event at byte %d fails its checksum", ErrCorrupt, at)
+				return fmt.Errorf("%w: the event at byte %d fails its checksum", ErrCorrupt, at)
 			}
 			body = ev[headerLen : size-4]
 		}
 		if err := info.take(typ, when, server, body); err != nil {
-			return Info{}, fmt.Errorf("%w: the event at byte %d: %w", ErrCorrupt, at, err)
+			return fmt.Errorf("%w: the event at byte %d: %w", ErrCorrupt, at, err)
 		}
 	}
-	return info, nil
 }
 
 // take adds what one event says to info.

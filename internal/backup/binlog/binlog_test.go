@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/backup/wal"
 )
 
 // event encodes one binary log event with its CRC32.
@@ -458,5 +460,154 @@ func TestWindowOfAGTIDTarget(t *testing.T) {
 	o.Target.GTID = pos(t, "0-1-90")
 	if err := checkWindow(o, Outcome{End: pos(t, "0-1-200,1-2-9")}); !errors.Is(err, ErrOutsideWindow) {
 		t.Errorf("a target before the backup: %v", err)
+	}
+}
+
+// Retention deletes only the files no replay from a kept backup reads: the
+// run Chain picks from every kept position is the same afterwards, and
+// each source keeps its last file.
+func TestPrune(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := fileWriter(t, dir)
+	arch := Archive{Store: storage.NewDir(t.TempDir()), Prefix: "ns/db/_binlog/uid"}
+	push := func(source, name string, b []byte) {
+		t.Helper()
+		write(name, b)
+		if _, err := arch.Push(ctx, source, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push("a", "binlog.000001", file(Position{}, 1, 10, false))
+	push("a", "binlog.000002", file(pos(t, "0-7-10"), 11, 20, false))
+	push("a", "binlog.000003", file(pos(t, "0-7-20"), 21, 30, false))
+	push("a", "binlog.000004", file(pos(t, "0-7-30"), 31, 31, false))
+	push("b", "binlog.000001", file(pos(t, "0-7-5"), 6, 8, false))
+	chains := func(from ...Position) string {
+		files, err := arch.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range from {
+			got, err := Chain(files, p)
+			out = append(out, fmt.Sprintf("%s: %s %v", p, names(got), err))
+		}
+		return strings.Join(out, "\n")
+	}
+	if got, err := arch.Prune(ctx, nil); err != nil || len(got) != 0 {
+		t.Fatalf("no kept backup: deleted %d (%v)", len(got), err)
+	}
+	kept := []Position{pos(t, "0-7-25"), pos(t, "0-7-15")}
+	before := chains(kept...)
+	deleted, err := arch.Prune(ctx, kept)
+	if err != nil || names(deleted) != "a/binlog.000001" {
+		t.Fatalf("deleted %s (%v), want a/binlog.000001 only: a/binlog.000002 begins the run from 0-7-15", names(deleted), err)
+	}
+	if after := chains(kept...); after != before {
+		t.Errorf("the runs changed:\n%s\nwant\n%s", after, before)
+	}
+	// Past every file: all but each source's last go.
+	deleted, err = arch.Prune(ctx, []Position{pos(t, "0-7-99")})
+	if err != nil || names(deleted) != "a/binlog.000002 a/binlog.000003" {
+		t.Errorf("deleted %s (%v)", names(deleted), err)
+	}
+	files, err := arch.List(ctx)
+	if err != nil || len(files["a"]) != 1 || files["a"][0].Name != "binlog.000004" || len(files["b"]) != 1 {
+		t.Errorf("left %v %v", files, err)
+	}
+}
+
+// The file the server writes is archived as it grows, up to the size the
+// server gives (a transaction's end), a piece per round; an agent
+// restarted mid-file goes on from what the archive holds; a lost or
+// damaged piece fails the fetch; once closed the file is archived whole
+// and its pieces go.
+func TestStream(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := fileWriter(t, dir)
+	srv := &fakeServer{pos: "0-7-2", files: []LogFile{{Name: "binlog.000001", Size: write("binlog.000001", file(Position{}, 1, 2, true))}}}
+	root := t.TempDir()
+	arch := Archive{Store: storage.NewDir(root), Prefix: "p"}
+	newArchiver := func() *Archiver {
+		return &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: time.Hour, Stream: true, Log: logr.Discard()}
+	}
+	once := func(r *Archiver) {
+		t.Helper()
+		if err := r.Once(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fetch := func(f File) error {
+		return arch.Fetch(ctx, f, filepath.Join(t.TempDir(), f.Name))
+	}
+	streamed := func(want string) File {
+		t.Helper()
+		files, err := arch.List(ctx)
+		fs := files["db-0-x"]
+		if err != nil || len(fs) != 1 || !fs[0].Streamed || fs[0].Info.End.String() != want || fs[0].Info.Closed {
+			t.Fatalf("archived %+v (%v), want the file streamed up to %s", fs, err, want)
+		}
+		dest := filepath.Join(t.TempDir(), "f")
+		if err := arch.Fetch(ctx, fs[0], dest); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(dest)
+		onDisk, _ := os.ReadFile(filepath.Join(dir, fs[0].Name))
+		if !bytes.Equal(got, onDisk[:fs[0].Size]) {
+			t.Fatalf("fetched %d bytes unlike the file's first %d", len(got), fs[0].Size)
+		}
+		return fs[0]
+	}
+	r := newArchiver()
+	once(r)
+	streamed("0-7-2")
+	// The disk holds a transaction the server's size does not count yet:
+	// it waits for the next round.
+	srv.files[0].Size = int64(len(file(Position{}, 1, 3, true)))
+	write("binlog.000001", file(Position{}, 1, 4, true))
+	once(r)
+	streamed("0-7-3")
+	if st := r.Status(); st.Streamed != srv.files[0].Size || st.Archived != 0 {
+		t.Errorf("status %+v", st)
+	}
+	srv.files[0].Size = int64(len(file(Position{}, 1, 4, true)))
+	r = newArchiver()
+	once(r)
+	f := streamed("0-7-4")
+	partDir := filepath.Join(root, "p", "db-0-x", "binlog.000001.part")
+	pieces, _ := filepath.Glob(filepath.Join(partDir, "0*"))
+	starts := map[string]bool{}
+	for _, p := range pieces {
+		from, _, _ := strings.Cut(filepath.Base(p), "-")
+		starts[from] = true
+	}
+	if len(pieces) != 3 || len(starts) != 3 {
+		t.Fatalf("pieces %v, want 3 one after the other: the restarted agent goes on after what was sent", pieces)
+	}
+	// A piece lost, a piece damaged: the fetch fails, as corrupt.
+	keep, _ := os.ReadFile(pieces[1])
+	_ = os.Remove(pieces[1])
+	if err := fetch(f); !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "no streamed piece begins") {
+		t.Errorf("a lost piece: %v", err)
+	}
+	bad := append([]byte(nil), keep...)
+	bad[len(bad)/2] ^= 0xff
+	_ = os.WriteFile(pieces[1], bad, 0o600)
+	if err := fetch(f); !errors.Is(err, wal.ErrCorrupt) {
+		t.Errorf("a damaged piece: %v", err)
+	}
+	_ = os.WriteFile(pieces[1], keep, 0o600)
+	// Closed: archived whole, its pieces gone; the next file streams.
+	srv.files[0].Size = write("binlog.000001", file(Position{}, 1, 4, false))
+	srv.files = append(srv.files, LogFile{Name: "binlog.000002", Size: write("binlog.000002", file(pos(t, "0-7-4"), 0, 0, true))})
+	once(r)
+	files, err := arch.List(ctx)
+	if fs := files["db-0-x"]; err != nil || len(fs) != 2 || fs[0].Streamed || !fs[1].Streamed || fs[1].Name != "binlog.000002" {
+		t.Fatalf("archived %+v (%v)", fs, err)
+	}
+	if _, err := os.Stat(partDir); !os.IsNotExist(err) {
+		t.Errorf("the pieces of the file archived whole are left: %v", err)
 	}
 }

@@ -255,9 +255,7 @@ func SegmentNumber(name string) string {
 
 // PruneBefore deletes the archived files of segments before the segment
 // of first (a WAL file name), on every timeline; history files stay. Each
-// entry goes before its file: a file without an entry is never fetched,
-// so an interrupted prune leaves nothing a recovery would take for
-// whole. It returns how many files it deleted.
+// goes as Delete has it. It returns how many files it deleted.
 func (a Archive) PruneBefore(ctx context.Context, first string) (int, error) {
 	bound := SegmentNumber(first)
 	if !ValidName(first) || bound == "" {
@@ -276,15 +274,25 @@ func (a Archive) PruneBefore(ctx context.Context, first string) (int, error) {
 		if seg := SegmentNumber(name); seg == "" || seg >= bound {
 			continue
 		}
-		if err := a.Store.Delete(ctx, a.key(name)+entrySuffix); err != nil && !errors.Is(err, storage.ErrNotFound) {
-			return deleted, fmt.Errorf("deleting %s: %w", a.Store.Location(a.key(name)+entrySuffix), err)
-		}
-		if err := a.Store.Delete(ctx, a.key(name)); err != nil && !errors.Is(err, storage.ErrNotFound) {
-			return deleted, fmt.Errorf("deleting %s: %w", a.Store.Location(a.key(name)), err)
+		if err := a.Delete(ctx, name); err != nil {
+			return deleted, err
 		}
 		deleted++
 	}
 	return deleted, nil
+}
+
+// Delete deletes an archived file, its entry first: a file without an
+// entry is never fetched, so an interrupted delete leaves nothing a
+// recovery would take for whole. A file already gone is not an error.
+func (a Archive) Delete(ctx context.Context, name string) error {
+	if err := a.Store.Delete(ctx, a.key(name)+entrySuffix); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("deleting %s: %w", a.Store.Location(a.key(name)+entrySuffix), err)
+	}
+	if err := a.Store.Delete(ctx, a.key(name)); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return fmt.Errorf("deleting %s: %w", a.Store.Location(a.key(name)), err)
+	}
+	return nil
 }
 
 func checksumFile(file string) (string, int64, error) {
