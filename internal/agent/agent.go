@@ -951,7 +951,7 @@ func (a *Agent) guardLoop(ctx context.Context) {
 		cancel()
 		switch {
 		case renewed:
-		case a.stillValid():
+		case (err != nil || a.holds()) && a.stillValid():
 			// The Lease loop renewed meanwhile: its write won the race
 			// this one lost (a conflict), and the Lease is held.
 		case (err != nil || a.holds()) && a.justPromoted():
@@ -972,18 +972,18 @@ func (a *Agent) guardLoop(ctx context.Context) {
 // had this agent kill the server the operator had just promoted (the
 // promotion failed half-way and the failover went round again). A Lease
 // read that names another holder still stops it at once.
-// stillValid: a renewal that succeeded since the guard found the Lease
-// expired (only a successful write moves validUntil) holds it now.
-func (a *Agent) stillValid() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return time.Now().Before(a.validUntil)
-}
-
 func (a *Agent) justPromoted() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.validUntil.IsZero() && !a.writableSince.IsZero() && time.Since(a.writableSince) < Margin(a.duration)
+}
+
+// stillValid: the Lease loop extended validUntil since the guard found it
+// run out (a successful renewal, or the failsafe's confirmation).
+func (a *Agent) stillValid() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return time.Now().Before(a.validUntil)
 }
 
 // fencedNow asks the server, briefly, whether it still takes writes, once

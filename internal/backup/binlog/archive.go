@@ -156,14 +156,24 @@ func (a Archive) List(ctx context.Context) (map[string][]File, error) {
 			sources[dir] = true
 		}
 	}
+	// The streamed files first: the agent archives a file whole before it
+	// deletes its pieces, so a file whose pieces go meanwhile is found
+	// whole below.
+	streamed, err := a.streamedFiles(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string][]File{}
 	for source := range sources {
 		if out[source], err = a.sourceFiles(ctx, source); err != nil {
 			return nil, err
 		}
 	}
-	if err := a.addStreamed(ctx, keys, out); err != nil {
-		return nil, err
+	for _, f := range streamed {
+		if !wholeIn(out[f.Source], f.Name) {
+			out[f.Source] = append(out[f.Source], f)
+			sortFiles(out[f.Source])
+		}
 	}
 	return out, nil
 }
@@ -186,8 +196,13 @@ func (a Archive) sourceFiles(ctx context.Context, source string) ([]File, error)
 		}
 		files = append(files, File{Source: source, Entry: e, Info: info})
 	}
-	sort.Slice(files, func(i, j int) bool { return logNumber(files[i].Name) < logNumber(files[j].Name) })
+	sortFiles(files)
 	return files, nil
+}
+
+// sortFiles puts one source's files in the server's order.
+func sortFiles(files []File) {
+	sort.Slice(files, func(i, j int) bool { return logNumber(files[i].Name) < logNumber(files[j].Name) })
 }
 
 // logNumber is the sequence number of a binary log file's name, zero-padded
@@ -201,12 +216,19 @@ func logNumber(name string) string {
 // against the entry (a streamed file: its pieces against its info), then
 // every event's own checksum.
 func (a Archive) Fetch(ctx context.Context, f File, dest string) error {
-	if f.Streamed {
-		return a.fetchStreamed(ctx, f, dest)
-	}
 	arch, err := a.source(f.Source)
 	if err != nil {
 		return err
+	}
+	if f.Streamed {
+		err := a.fetchStreamed(ctx, f, dest)
+		if err == nil {
+			return nil
+		}
+		// Its pieces go once it is archived whole: take the whole file.
+		if _, werr := arch.Entry(ctx, f.Name); werr != nil {
+			return err
+		}
 	}
 	if _, err := arch.Fetch(ctx, f.Name, dest); err != nil {
 		return err
@@ -222,9 +244,10 @@ func (a Archive) Fetch(ctx context.Context, f File, dest string) error {
 // begins at or before every position. Chain starts a source's run at its
 // latest file beginning at or before the backup's position, so such a file
 // is never in a run, and the run Chain picks from each position is the
-// same before and after. A source's last file always stays: the agent
-// checks its next file against it for a gap. Without positions nothing is
-// deleted. It returns the files it deleted.
+// same before and after. A source's last file, and its last file archived
+// whole, always stay: the agent checks its next file against the latter
+// for a gap. Pieces left of a deleted file go with it. Without positions
+// nothing is deleted. It returns the files it deleted.
 func (a Archive) Prune(ctx context.Context, positions []Position) ([]File, error) {
 	if len(positions) == 0 {
 		return nil, nil
@@ -245,11 +268,23 @@ func (a Archive) Prune(ctx context.Context, positions []Position) ([]File, error
 		if err != nil {
 			return deleted, err
 		}
-		for i := 0; i+1 < len(fs); i++ {
-			if fs[i].Streamed || !coveredByAll(positions, StartOf(fs[i+1].Info)) {
+		lastWhole := -1
+		for i, f := range fs {
+			if !f.Streamed {
+				lastWhole = i
+			}
+		}
+		for i := 0; i+1 < len(fs) && i != lastWhole; i++ {
+			if !coveredByAll(positions, StartOf(fs[i+1].Info)) {
 				break // this file, or a later one, begins a run
 			}
-			if err := arch.Delete(ctx, fs[i].Name); err != nil {
+			if !fs[i].Streamed {
+				if err := arch.Delete(ctx, fs[i].Name); err != nil {
+					return deleted, err
+				}
+			}
+			// Pieces left of it (a delete after its whole upload failed).
+			if err := a.deletePart(ctx, source, fs[i].Name); err != nil {
 				return deleted, err
 			}
 			deleted = append(deleted, fs[i])

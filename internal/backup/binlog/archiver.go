@@ -287,6 +287,14 @@ func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 		}
 		if ok {
 			r.lastEnd = last.Info.End
+			// The server's files before it were archived before this
+			// agent started (retention may have deleted them since: they
+			// are not sent again, nor taken for a gap).
+			for _, f := range files {
+				if logNumber(f.Name) < logNumber(last.Name) {
+					r.done[f.Name] = true
+				}
+			}
 		}
 		r.resumed = true
 	}
@@ -319,7 +327,7 @@ func (r *Archiver) archive(ctx context.Context, files []LogFile) error {
 		r.Log.Info("archived a binary log", "file", f.Name, "bytes", pushed.Size, "transactions", pushed.Info.Transactions, "end", pushed.Info.End.String())
 		if r.Stream {
 			// Readers take the whole file over its pieces: a piece left
-			// behind is only untidy.
+			// behind is only untidy (retention deletes it with the file).
 			if err := r.Archive.deletePart(ctx, r.Source, f.Name); err != nil {
 				r.Log.Error(err, "deleting the streamed pieces of an archived binary log", "file", f.Name)
 			}
@@ -344,6 +352,14 @@ func (r *Archiver) stream(ctx context.Context, cur LogFile) error {
 		if found && info.Size <= cur.Size {
 			if sc, err := scanRange(file, newScanner(), 0, info.Size); err == nil && sc.info.Size == info.Size {
 				r.streamed = sc
+			}
+		}
+		if found && r.streamed.info.Size == 0 {
+			// Not this file's beginning (a name the server used again):
+			// its pieces go, or a reader could follow the longer old ones.
+			if err := r.Archive.deletePart(ctx, r.Source, cur.Name); err != nil {
+				r.streaming = ""
+				return fmt.Errorf("deleting pieces of an earlier file of its name: %w", err)
 			}
 		}
 	}

@@ -329,8 +329,9 @@ func TestArchiver(t *testing.T) {
 		t.Errorf("a restarted archiver did not close the file holding a write (%d flushes)", srv.flushes)
 	}
 	// A file the archive holds with other contents stops the archiver and
-	// counts as a failure.
-	write("binlog.000001", file(Position{}, 1, 5, false))
+	// counts as a failure (a restarted agent sends the archive's last file
+	// again; those before it it takes as archived).
+	write("binlog.000002", file(pos(t, "0-7-2"), 3, 5, false))
 	r = &Archiver{Archive: arch, Source: "db-0-x", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
 	if err := r.Once(ctx); err == nil || !r.Status().Failing() || !strings.Contains(r.Status().LastError, "other contents") {
 		t.Errorf("a conflicting file: %v %+v", err, r.Status())
@@ -516,6 +517,39 @@ func TestPrune(t *testing.T) {
 	if err != nil || len(files["a"]) != 1 || files["a"][0].Name != "binlog.000004" || len(files["b"]) != 1 {
 		t.Errorf("left %v %v", files, err)
 	}
+	// The file the server writes streamed after the last whole one: the
+	// last whole one stays (an agent's gap check reads it).
+	write("binlog.000005", file(pos(t, "0-7-31"), 32, 33, true))
+	if err := arch.PushPart(ctx, "a", "binlog.000005", bytes.NewReader(file(pos(t, "0-7-31"), 32, 33, true)), 0,
+		int64(len(file(pos(t, "0-7-31"), 32, 33, true))), mustScan(t, filepath.Join(dir, "binlog.000005"))); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := arch.Prune(ctx, []Position{pos(t, "0-7-99")}); err != nil || len(deleted) != 0 {
+		t.Errorf("deleted %s (%v), want the last whole file kept", names(deleted), err)
+	}
+	// An agent restarted over a server that still has the deleted files
+	// sends none of them again and finds no gap.
+	srv := &fakeServer{pos: "0-7-33", files: []LogFile{}}
+	for _, name := range []string{"binlog.000001", "binlog.000002", "binlog.000003", "binlog.000004", "binlog.000005"} {
+		st, _ := os.Stat(filepath.Join(dir, name))
+		srv.files = append(srv.files, LogFile{Name: name, Size: st.Size()})
+	}
+	r := &Archiver{Archive: arch, Source: "a", Dir: dir, Server: srv, Timeout: time.Hour, Log: logr.Discard()}
+	if err := r.Once(ctx); err != nil || r.Status().Gaps != 0 || r.Status().Archived != 1 {
+		t.Errorf("an agent restarted after retention: %v, %+v; want only the last archived file seen again, no gap", err, r.Status())
+	}
+	if files, _ := arch.List(ctx); len(files["a"]) != 2 {
+		t.Errorf("files deleted by retention archived again: %s", names(files["a"]))
+	}
+}
+
+func mustScan(t *testing.T, file string) Info {
+	t.Helper()
+	info, err := scanOpen(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
 }
 
 // The file the server writes is archived as it grows, up to the size the
@@ -599,10 +633,14 @@ func TestStream(t *testing.T) {
 		t.Errorf("a damaged piece: %v", err)
 	}
 	_ = os.WriteFile(pieces[1], keep, 0o600)
-	// Closed: archived whole, its pieces gone; the next file streams.
+	// Closed: archived whole, its pieces gone; the next file streams. A
+	// restore that listed it streamed takes the whole file.
 	srv.files[0].Size = write("binlog.000001", file(Position{}, 1, 4, false))
 	srv.files = append(srv.files, LogFile{Name: "binlog.000002", Size: write("binlog.000002", file(pos(t, "0-7-4"), 0, 0, true))})
 	once(r)
+	if err := fetch(f); err != nil {
+		t.Errorf("a file listed streamed, archived whole since: %v", err)
+	}
 	files, err := arch.List(ctx)
 	if fs := files["db-0-x"]; err != nil || len(fs) != 2 || fs[0].Streamed || !fs[1].Streamed || fs[1].Name != "binlog.000002" {
 		t.Fatalf("archived %+v (%v)", fs, err)

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -96,10 +95,10 @@ func (a Archive) deletePart(ctx context.Context, source, name string) error {
 	return nil
 }
 
-// addStreamed adds to files each source's streamed file that is not
-// archived whole, from keys (the archive's listing): the last file of its
-// source (a server writes one file at a time).
-func (a Archive) addStreamed(ctx context.Context, keys []string, files map[string][]File) error {
+// streamedFiles reads the info of every streamed file in keys (the
+// archive's listing); List keeps those not archived whole.
+func (a Archive) streamedFiles(ctx context.Context, keys []string) ([]File, error) {
+	var out []File
 	for _, k := range keys {
 		rel, ok := strings.CutPrefix(k, path.Clean(a.Prefix)+"/")
 		parts := strings.Split(rel, "/")
@@ -108,22 +107,21 @@ func (a Archive) addStreamed(ctx context.Context, keys []string, files map[strin
 		}
 		source := parts[0]
 		name, ok := strings.CutSuffix(parts[1], partSuffix)
-		if !ok || !ValidName(name) || wholeIn(files[source], name) {
-			continue // archived whole since (its pieces go next)
+		if !ok || !ValidName(name) {
+			continue
 		}
 		info, found, err := a.streamedInfo(ctx, source, name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !found {
-			continue
+			continue // archived whole since: its whole entry is read after this
 		}
 		f := File{Source: source, Info: info, Streamed: true}
 		f.Name, f.Size = name, info.Size
-		files[source] = append(files[source], f)
-		sort.Slice(files[source], func(i, j int) bool { return logNumber(files[source][i].Name) < logNumber(files[source][j].Name) })
+		out = append(out, f)
 	}
-	return nil
+	return out, nil
 }
 
 func wholeIn(files []File, name string) bool {
