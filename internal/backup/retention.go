@@ -149,6 +149,23 @@ func deleteBackup(ctx context.Context, store storage.Store, dir string, m *Manif
 	return nil
 }
 
+// keptBackups lists the Database's backups for an archive's retention:
+// an error when one's manifest cannot be read (it may be a kept backup's,
+// whose needs are not known: the archive is kept whole).
+func keptBackups(ctx context.Context, store storage.Store, just *Manifest, created time.Time) ([]ownBackup, error) {
+	if just.DatabaseUID == "" {
+		return nil, fmt.Errorf("archive retention needs the Database's UID (--database-uid)")
+	}
+	backups, unreadable, err := ownBackups(ctx, store, just, created)
+	if err != nil {
+		return nil, err
+	}
+	if len(unreadable) > 0 {
+		return nil, fmt.Errorf("the archive is kept whole: %w", errors.Join(unreadable...))
+	}
+	return backups, nil
+}
+
 // PruneArchive deletes the archived WAL files of the Database's archive at
 // prefix (in the same store) that no kept base backup needs: those before
 // the first file the oldest of its kept physical backups reads, on any
@@ -159,16 +176,9 @@ func deleteBackup(ctx context.Context, store storage.Store, dir string, m *Manif
 // are unknown). It returns how many files
 // it deleted and the first file kept.
 func PruneArchive(ctx context.Context, store storage.Store, prefix string, just *Manifest, created time.Time) (int, string, error) {
-	if just.DatabaseUID == "" {
-		return 0, "", fmt.Errorf("archive retention needs the Database's UID (--database-uid)")
-	}
-	backups, unreadable, err := ownBackups(ctx, store, just, created)
+	backups, err := keptBackups(ctx, store, just, created)
 	if err != nil {
 		return 0, "", err
-	}
-	if len(unreadable) > 0 {
-		// It may be a kept backup's: what it needs is not known.
-		return 0, "", fmt.Errorf("the archive is kept whole: %w", errors.Join(unreadable...))
 	}
 	oldest := ""
 	for _, b := range backups {
@@ -197,15 +207,9 @@ func PruneArchive(ctx context.Context, store storage.Store, prefix string, just 
 // returns how many files it deleted and the oldest position kept backups
 // replay from.
 func PruneBinlogArchive(ctx context.Context, store storage.Store, prefix string, just *Manifest, created time.Time) (int, string, error) {
-	if just.DatabaseUID == "" {
-		return 0, "", fmt.Errorf("archive retention needs the Database's UID (--database-uid)")
-	}
-	backups, unreadable, err := ownBackups(ctx, store, just, created)
+	backups, err := keptBackups(ctx, store, just, created)
 	if err != nil {
 		return 0, "", err
-	}
-	if len(unreadable) > 0 {
-		return 0, "", fmt.Errorf("the archive is kept whole: %w", errors.Join(unreadable...))
 	}
 	var positions []binlog.Position
 	oldest := binlog.Position{}
