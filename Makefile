@@ -187,7 +187,7 @@ undeploy: ## Remove what `make deploy` installed (the CRDs too, and with them ev
 ##@ Tests
 
 .PHONY: test
-test: verify-generated verify-kustomize vet lint actionlint test-rules vuln test-unit scorecard test-images test-integration test-floor test-olm ## Everything CI runs.
+test: verify-generated verify-kustomize vet lint actionlint test-rules vuln test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
 
 .PHONY: test-rules
 test-rules: ## The alerts and the dashboard: promtool (hack/tools/promtool, pinned) checks the PrometheusRule's rules and runs their unit tests (config/prometheus/tests), and every metric an alert or a panel uses must be in the metric contract.
@@ -211,7 +211,7 @@ API_TESTS = TestInvalidCreatesAreRejected|TestInvalidUpdatesAreRejected|TestName
 FLOOR_VERSION = $(shell cd hack/tools/kube-floor && GOWORK=off GOFLAGS=-mod=mod go list -m -f '{{.Version}}' k8s.io/kubernetes)
 
 .PHONY: test-floor
-test-floor: ## The API tests on the oldest supported Kubernetes (hack/tools/kube-floor, the CSV's minKubeVersion).
+test-floor: ## The API tests on the oldest supported Kubernetes (hack/tools/kube-floor, the CSV's minKubeVersion; full tier: building that release is 8 minutes of a cold CI run).
 	@BIN=$$(hack/build-tools.sh floor); \
 	KUBE_FLOOR=1 WANT_KUBE_VERSION=$(FLOOR_VERSION:v%=%) LOCAL_CLUSTER_BIN="$$BIN" go test $(GOTEST_FLAGS) -count=1 -timeout 20m -v -run '^($(API_TESTS))$$' ./tests/integration/ 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-floor.log
@@ -248,7 +248,7 @@ bench-pitr: ## The recovery point of PostgreSQL and of MariaDB, PITR_RUNS times 
 	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'BenchmarkRecoveryPoint|BenchmarkMariaDBRecoveryPoint' -benchtime=$(PITR_RUNS)x -timeout 90m ./tests/e2e/
 
 .PHONY: test-full
-test-full: test test-faults test-pitr-full test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite on the oldest supported Kubernetes.
+test-full: test test-faults test-pitr-full test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite (the API tests among it) on the oldest supported Kubernetes.
 
 FAULT_RUNS ?= 5
 .PHONY: bench-faults

@@ -34,9 +34,6 @@
 #        hack/build-tools.sh floor
 #        builds the oldest supported Kubernetes (hack/tools/kube-floor) beside
 #        the cluster's etcd and kwok and prints its bin dir
-#        hack/build-tools.sh prefetch
-#        downloads the modules of every tool CI builds, and of the main
-#        module, without building (CI runs it beside the cold builds)
 # Env:   DBOP_CACHE (default ~/.cache/database-operator)
 set -euo pipefail
 
@@ -75,36 +72,6 @@ tool() {
 	mkdir -p "$bin"
 	build "${@:2}"
 }
-
-# Module downloads wait on the network, compiling on the CPU: `prefetch`
-# loads each tool's packages (go list -deps downloads the modules those
-# need, and no more) in the order CI builds them, then the main module's
-# with its tests; run in the background it keeps ahead of the builds. A
-# package left out here is fetched by its own build, as before.
-if [[ "${1:-}" == prefetch ]]; then
-	while read -r dir tags pkgs; do
-		[[ $tags == - ]] && tags=""
-		(cd "$tools/$dir" && go list -tags="$tags" -deps $pkgs >/dev/null 2>&1) || step "prefetching $dir failed: its build fetches it"
-	done <<-'LIST'
-	controller-gen - sigs.k8s.io/controller-tools/cmd/controller-gen
-	etcd - go.etcd.io/etcd/server/v3
-	kube - k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
-	kwok - sigs.k8s.io/kwok/cmd/kwok
-	operator-sdk containers_image_openpgp github.com/operator-framework/operator-sdk/cmd/operator-sdk github.com/operator-framework/operator-sdk/images/scorecard-test
-	opm json1,containers_image_openpgp github.com/operator-framework/operator-registry/cmd/opm github.com/grpc-ecosystem/grpc-health-probe
-	olm json1,containers_image_openpgp github.com/operator-framework/operator-lifecycle-manager/cmd/olm github.com/operator-framework/operator-lifecycle-manager/cmd/catalog
-	versitygw - github.com/versity/versitygw/cmd/versitygw
-	lint - github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-	actionlint - github.com/rhysd/actionlint/cmd/actionlint
-	promtool remove_all_sd github.com/prometheus/prometheus/cmd/promtool
-	kube-floor - k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
-	code-generator - k8s.io/code-generator/cmd/client-gen k8s.io/code-generator/cmd/applyconfiguration-gen k8s.io/code-generator/cmd/lister-gen k8s.io/code-generator/cmd/informer-gen
-	vuln - golang.org/x/vuln/cmd/govulncheck golang.org/x/vulndb/cmd/indexdb
-	LIST
-	# The main module as it is (its go.mod is never changed here).
-	(cd "$root" && GOFLAGS= go list -deps -test ./... >/dev/null 2>&1) || step "prefetching the main module failed: its build fetches it"
-	exit 0
-fi
 
 # The S3 test server, keyed by its own version.
 if [[ "${1:-}" == s3 ]]; then
