@@ -75,13 +75,17 @@ build-platforms: ## The manager for each platform of its image, bin/manager-linu
 images: build-platforms ## Build the operator, bundle and catalog (each an index of linux/amd64 and linux/arm64) and scorecard images in Go into an OCI layout in .local/images (PUSH=host:port pushes them too).
 	@mkdir -p $(LOCAL)/bin && CGO_ENABLED=0 go build -o $(LOCAL)/bin/database-scorecard ./scorecard/cmd/database-scorecard
 	@$(RELEASE_GO) build -o $(LOCAL)/bin/images ./cmd/images
-	@SDK=$$(hack/build-tools.sh olm); $(LOCAL)/bin/images -version $(VERSION) -manager "$$(for a in $(MANAGER_ARCHS); do printf '%s=bin/manager-linux-%s,' $$a $$a; done | sed 's/,$$//')" \
+	@hack/build-tools.sh olm >/dev/null; SDK=$$(hack/build-tools.sh olm-arm64); $(LOCAL)/bin/images -version $(VERSION) -manager "$$(for a in $(MANAGER_ARCHS); do printf '%s=bin/manager-linux-%s,' $$a $$a; done | sed 's/,$$//')" \
 		-opm amd64=$$SDK/opm,arm64=$$SDK/linux-arm64/opm -grpc-health-probe amd64=$$SDK/grpc_health_probe,arm64=$$SDK/linux-arm64/grpc_health_probe -scorecard-test $$SDK/scorecard-test -database-scorecard $(LOCAL)/bin/database-scorecard \
 		-out $(LOCAL)/images $(if $(PUSH),-push $(PUSH))
 
 .PHONY: test-images
-test-images: ## Build the images, push them to an in-process registry and opm-render the bundle image.
+test-images: ## Build this machine's platform of the images (the manager as make build-platforms builds it), push them to an in-process registry and opm-render the bundle image (make test-images-full: every platform).
 	SDK_BIN=$$(hack/build-tools.sh olm) $(RELEASE_GO) test $(GOTEST_FLAGS) -count=1 ./tests/images/...
+
+.PHONY: test-images-full
+test-images-full: ## test-images for every platform of release/images.Platforms (cross-compiles the manager, opm and grpc_health_probe for linux/arm64: about 7 minutes cold).
+	@hack/build-tools.sh olm >/dev/null; SDK_BIN=$$(hack/build-tools.sh olm-arm64) IMAGES_ALL_PLATFORMS=1 $(RELEASE_GO) test $(GOTEST_FLAGS) -count=1 ./tests/images/...
 
 .PHONY: test-olm
 test-olm: ## Subscribe through OLM to the catalog's older release and upgrade along the channel, on the local cluster (root: runs in a private network namespace).
@@ -187,7 +191,10 @@ undeploy: ## Remove what `make deploy` installed (the CRDs too, and with them ev
 ##@ Tests
 
 .PHONY: test
-test: verify-generated verify-kustomize vet lint actionlint test-rules vuln test-unit scorecard test-images test-integration test-olm ## Everything CI runs.
+# What CI runs, in this order (hack/steps.sh prints each step's time).
+TEST_STEPS = verify-generated verify-kustomize vet lint actionlint test-rules vuln test-unit scorecard test-images test-integration test-olm
+test: ## Everything CI runs (TEST_STEPS, one after another, each step's time printed at the end).
+	@MAKE="$(MAKE)" hack/steps.sh $(TEST_STEPS)
 
 .PHONY: test-rules
 test-rules: ## The alerts and the dashboard: promtool (hack/tools/promtool, pinned) checks the PrometheusRule's rules and runs their unit tests (config/prometheus/tests), and every metric an alert or a panel uses must be in the metric contract.
@@ -248,7 +255,7 @@ bench-pitr: ## The recovery point of PostgreSQL and of MariaDB, PITR_RUNS times 
 	LOCAL_CLUSTER_BIN="$$BIN" go test -run '^$$' -bench 'BenchmarkRecoveryPoint|BenchmarkMariaDBRecoveryPoint' -benchtime=$(PITR_RUNS)x -timeout 90m ./tests/e2e/
 
 .PHONY: test-full
-test-full: test test-faults test-pitr-full test-floor-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite (the API tests among it) on the oldest supported Kubernetes.
+test-full: test test-faults test-pitr-full test-floor-full test-images-full ## What CI runs, then the full tier: every fault scenario (make test-faults), point-in-time recovery (make test-pitr-full), the integration suite (the API tests among it) on the oldest supported Kubernetes, the images for every platform.
 
 FAULT_RUNS ?= 5
 .PHONY: bench-faults

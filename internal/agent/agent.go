@@ -1091,8 +1091,7 @@ func (a *Agent) notReady() string {
 	return ""
 }
 
-// Probe asks a running agent's probe endpoint (the exec probes run it
-// inside the pod).
+// Probe asks a running agent's probe endpoint at listen.
 func Probe(ctx context.Context, listen, path string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

@@ -22,12 +22,20 @@ import (
 	"example.com/database-operator/internal/engine"
 )
 
-// DefaultListen is where the agent serves the probes: the pod's loopback
-// only (the exec probes run inside the pod).
-const DefaultListen = "127.0.0.1:8010"
+// ProbePort is where the agent serves its probes, /livez and /readyz, to
+// the kubelet's HTTP probes (the chart's port "probes"). They say "ok" or
+// why not, and nothing else. (They were exec probes, running this 100 MB
+// binary in the pod twice per period: about 0.15 CPU seconds each, most of
+// what the pods of a Database cost at rest.)
+const ProbePort = 8010
+
+// DefaultListen is where the agent serves the probes: every address of the
+// pod, for the kubelet.
+var DefaultListen = fmt.Sprintf(":%d", ProbePort)
 
 // Command runs "agent [flags] -- START-SCRIPT [ARGS...]" and
-// "agent probe /livez|/readyz". The rest comes from the environment the
+// "agent probe /livez|/readyz" (what the probes answer, asked from inside
+// the pod: kubectl exec). The rest comes from the environment the
 // chart sets: POD_NAME, POD_NAMESPACE, AGENT_LEASE, AGENT_ENGINE,
 // AGENT_PORT, AGENT_LEASE_DURATION and AGENT_HANDOVER_TIMEOUT (Go
 // durations; optional), POD_UID, TOPOLOGY_DIR, PEER_DOMAIN, REPLICATION_PASSWORD (from which
@@ -40,7 +48,7 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 		if len(args) != 2 {
 			return fmt.Errorf("usage: agent probe /livez|/readyz")
 		}
-		return Probe(ctx, DefaultListen, args[1])
+		return Probe(ctx, fmt.Sprintf("127.0.0.1:%d", ProbePort), args[1])
 	}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	listen := fs.String("listen", DefaultListen, "address of the probe endpoints")

@@ -20,6 +20,7 @@ import (
 
 	dbv1 "example.com/database-operator/api/v1"
 	helmcharts "example.com/database-operator/helm-charts"
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/agent/metrics"
 	"example.com/database-operator/internal/chart"
 	"example.com/database-operator/internal/engine"
@@ -101,12 +102,23 @@ func TestDesiredObjectsPerEngine(t *testing.T) {
 			if c["image"] != wantImage {
 				t.Errorf("%s: image %v, want %s", engine, c["image"], wantImage)
 			}
-			// The agent answers both probes, each its own question.
+			// The agent answers both probes, each its own question, over
+			// HTTP on the port it listens on.
 			for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/livez"} {
-				cmd, _, _ := unstructured.NestedStringSlice(c, probe, "exec", "command")
-				if !slices.Equal(cmd, []string{"/agent/manager", "agent", "probe", path}) {
-					t.Errorf("%s: %s runs %v, want the agent's %s", engine, probe, cmd, path)
+				get, _, _ := unstructured.NestedMap(c, probe, "httpGet")
+				if get["path"] != path || get["port"] != "probes" {
+					t.Errorf("%s: %s is %v, want an HTTP GET of the agent's %s on port probes", engine, probe, c[probe], path)
 				}
+			}
+			ports, _, _ := unstructured.NestedSlice(c, "ports")
+			probePort := int64(-1)
+			for _, p := range ports {
+				if p := p.(map[string]any); p["name"] == "probes" {
+					probePort, _ = p["containerPort"].(int64)
+				}
+			}
+			if probePort != agent.ProbePort {
+				t.Errorf("%s: port probes is %d, the agent serves its probes on %d", engine, probePort, agent.ProbePort)
 			}
 			if cmd, _, _ := unstructured.NestedStringSlice(c, "command"); len(cmd) < 3 || cmd[0] != "/agent/manager" || cmd[1] != "agent" {
 				t.Errorf("%s: the database container runs %v, not the agent", engine, cmd)

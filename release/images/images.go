@@ -44,11 +44,17 @@ var Platforms = []string{"amd64", "arm64"}
 // Platforms.
 var elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
-// perPlatform is an index of one image per architecture of Platforms, each
-// made by build.
-func perPlatform(build func(arch string) (v1.Image, error)) (v1.ImageIndex, error) {
+// perPlatform is an index of one image per architecture of platforms
+// (Platforms when none is named), each made by build.
+func perPlatform(platforms []string, build func(arch string) (v1.Image, error)) (v1.ImageIndex, error) {
+	if len(platforms) == 0 {
+		platforms = Platforms
+	}
 	var imgs []v1.Image
-	for _, arch := range Platforms {
+	for _, arch := range platforms {
+		if _, ok := elfMachine[arch]; !ok {
+			return nil, fmt.Errorf("linux/%s is not a platform of the images (%v)", arch, Platforms)
+		}
 		img, err := build(arch)
 		if err != nil {
 			return nil, fmt.Errorf("linux/%s: %w", arch, err)
@@ -81,10 +87,11 @@ func executables(paths map[string]map[string]string, arch string) ([]ociimage.Fi
 }
 
 // Manager is the operator image: the static manager binary, run as a
-// non-root user, as an index of one image per architecture. binaries maps
-// each of Platforms to its build.
-func Manager(binaries map[string]string, version string) (v1.ImageIndex, error) {
-	return perPlatform(func(arch string) (v1.Image, error) {
+// non-root user, as an index of one image per architecture of platforms
+// (every one of Platforms, as a release builds it, when none is named: the
+// tests name this machine's alone). binaries maps each to its build.
+func Manager(binaries map[string]string, version string, platforms ...string) (v1.ImageIndex, error) {
+	return perPlatform(platforms, func(arch string) (v1.Image, error) {
 		files, err := executables(map[string]map[string]string{"/manager": binaries}, arch)
 		if err != nil {
 			return nil, err
@@ -116,8 +123,9 @@ func checkMachine(path, arch string) error {
 // metadata and scorecard configuration at the paths its annotations name,
 // with those annotations as labels (what bundle.Dockerfile does). It holds
 // no program, but a runtime pulls it for its node's platform (OLM's unpack
-// Job), so it is an index of the same files for each of Platforms.
-func Bundle(dir string) (v1.ImageIndex, error) {
+// Job), so it is an index of the same files for each of platforms
+// (Platforms when none is named).
+func Bundle(dir string, platforms ...string) (v1.ImageIndex, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "metadata", "annotations.yaml"))
 	if err != nil {
 		return nil, err
@@ -136,7 +144,7 @@ func Bundle(dir string) (v1.ImageIndex, error) {
 		}
 		files = append(files, fs...)
 	}
-	return perPlatform(func(arch string) (v1.Image, error) {
+	return perPlatform(platforms, func(arch string) (v1.Image, error) {
 		return ociimage.Build(ociimage.Spec{Files: files, Labels: meta.Annotations, Arch: arch})
 	})
 }
@@ -144,15 +152,16 @@ func Bundle(dir string) (v1.ImageIndex, error) {
 // Catalog is the file-based catalog image: the catalog under /configs,
 // served by opm over gRPC, with grpc_health_probe, which OLM runs in the
 // catalog pod to know it serves; an index of one image per architecture of
-// Platforms, opm and probe each mapping an architecture to its build.
-func Catalog(dir string, opm, probe map[string]string, version string) (v1.ImageIndex, error) {
+// platforms (Platforms when none is named), opm and probe each mapping an
+// architecture to its build.
+func Catalog(dir string, opm, probe map[string]string, version string, platforms ...string) (v1.ImageIndex, error) {
 	configs, err := ociimage.DirFiles(dir, "/configs")
 	if err != nil {
 		return nil, err
 	}
 	l := labels("database-operator-catalog", version)
 	l["operators.operatorframework.io.index.configs.v1"] = "/configs"
-	return perPlatform(func(arch string) (v1.Image, error) {
+	return perPlatform(platforms, func(arch string) (v1.Image, error) {
 		bins, err := executables(map[string]map[string]string{"/bin/opm": opm, "/bin/grpc_health_probe": probe}, arch)
 		if err != nil {
 			return nil, err
