@@ -203,11 +203,11 @@ test: ## Everything CI runs (TEST_STEPS, one after another, each step's time pri
 
 .PHONY: test-rules
 # test-rules builds its test as hack/build-tools.sh builds promtool (no cgo,
-# -trimpath), so that the Prometheus packages it imports come from the build
-# cache (a minute of a cold run).
+# -trimpath), so that most of the Prometheus packages it imports come from
+# the build cache (measured: 13 s cold instead of 68).
 test-rules: ## The alerts and the dashboard: promtool (hack/tools/promtool, pinned) checks the PrometheusRule's rules and runs their unit tests (config/prometheus/tests), and every metric an alert or a panel uses must be in the metric contract.
 	@P=$$(hack/build-tools.sh promtool); cd hack/tools/promtool && \
-		GOWORK=off CGO_ENABLED=0 GOFLAGS="-mod=mod -trimpath" PROMTOOL=$$P/promtool go test -count=1 -v ./monitoring/ 2>&1 | grep -v '^=== RUN'
+		GOWORK=off CGO_ENABLED=0 GOFLAGS=-trimpath PROMTOOL=$$P/promtool go test -count=1 -v ./monitoring/ 2>&1 | grep -v '^=== RUN'
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no cluster).

@@ -4,7 +4,7 @@
 // Lease while its server is the primary, and stops the server hard when it
 // can no longer prove it holds that Lease, so that a primary cut off from
 // the control plane stops taking writes before the operator may promote
-// another server. It serves the pod's probes on the pod's loopback.
+// another server. It serves the pod's probes, over HTTP, to the kubelet.
 //
 // Why the entrypoint and not a sidecar: the agent decides, before the server
 // starts, whether it may start as a writable primary (a server never starts
@@ -121,7 +121,7 @@ type Config struct {
 	// TopologyDir is the operator's topology ConfigMap, mounted: which pod
 	// is primary when the Lease cannot be read.
 	TopologyDir string
-	// Listen is the probes' address (the pod's loopback).
+	// Listen is the probes' address (the kubelet's HTTP probes).
 	Listen string
 	// PeerListen is the peer channel's address (empty: none, and no
 	// failsafe); PeerDomain the domain the members' names resolve in
@@ -168,6 +168,12 @@ type Agent struct {
 	cfg Config
 	// peerAddr, when set, is where a member's peer channel is (unit tests).
 	peerAddr func(peer string) string
+
+	// readyMu guards notReadyWhy, readiness's answer as last logged, and
+	// when it was.
+	readyMu       sync.Mutex
+	notReadyWhy   string
+	readyLoggedAt time.Time
 
 	mu sync.Mutex
 	// Lease, as last read: its holder (pod name, and the UID of the
@@ -1048,7 +1054,9 @@ func (a *Agent) probes() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if why := a.notReady(); why != "" {
+		why := a.notReady()
+		a.logReadiness(why)
+		if why != "" {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
@@ -1056,6 +1064,30 @@ func (a *Agent) probes() http.Handler {
 	})
 	return mux
 }
+
+// logReadiness logs readiness's answer when it turns (ready, or not and
+// why), and a changed reason at most every readinessRelog: a kubelet's
+// Event of a failed HTTP probe names only the status code, so the agent's
+// log says why.
+func (a *Agent) logReadiness(why string) {
+	a.readyMu.Lock()
+	defer a.readyMu.Unlock()
+	now := time.Now()
+	turned := (why == "") != (a.notReadyWhy == "") || a.readyLoggedAt.IsZero()
+	if !turned && (why == a.notReadyWhy || now.Sub(a.readyLoggedAt) < readinessRelog) {
+		return
+	}
+	a.notReadyWhy, a.readyLoggedAt = why, now
+	if why == "" {
+		a.cfg.Log.Info("ready: the server can serve its role")
+		return
+	}
+	a.cfg.Log.Info("not ready", "reason", why)
+}
+
+// readinessRelog bounds how often a changing reason (a lag, a time) is
+// logged again while the server stays not ready.
+const readinessRelog = 30 * time.Second
 
 // notLive: a server that answered once and then not for a minute is
 // hung; the kubelet restarts the container. A busy server that answers

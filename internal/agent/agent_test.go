@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -549,5 +550,34 @@ func TestAfterPromotion(t *testing.T) {
 	}
 	if n := primary.Load(); n != 0 {
 		t.Errorf("acted %d times for a server that started as the primary", n)
+	}
+}
+
+// TestReadinessTurnsAreLogged: each turn of readiness is logged with its
+// reason, a steady answer is not, and a changing reason (a growing lag)
+// at most every readinessRelog: an HTTP probe's Event says only 503.
+func TestReadinessTurnsAreLogged(t *testing.T) {
+	var lines []string
+	a := &Agent{cfg: Config{Log: funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})}}
+	for _, why := range []string{"", "", "the server does not answer", "the server does not answer",
+		"the replica is 6 behind", "the replica is 7 behind", ""} {
+		a.logReadiness(why)
+	}
+	want := []string{`"msg"="ready: the server can serve its role"`, `"msg"="not ready" "reason"="the server does not answer"`,
+		`"msg"="ready: the server can serve its role"`}
+	if len(lines) != len(want) {
+		t.Fatalf("logged %q, want %d lines", lines, len(want))
+	}
+	for i := range want {
+		if !strings.Contains(lines[i], want[i]) {
+			t.Errorf("line %d: %s, want %s", i, lines[i], want[i])
+		}
+	}
+	// A reason that changed once readinessRelog passed is logged.
+	a.logReadiness("the replica is 6 behind")
+	a.readyLoggedAt = time.Now().Add(-readinessRelog)
+	a.logReadiness("the replica is 9 behind")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "9 behind") {
+		t.Errorf("after %s: last line %s, want the new reason", readinessRelog, last)
 	}
 }

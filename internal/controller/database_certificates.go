@@ -187,7 +187,7 @@ func (r *DatabaseReconciler) namespaceCA(ctx context.Context, db *dbv1.Database,
 
 // serverNames are the names a Database's servers are reached by: its
 // Services (short, namespaced and full names) and each pod's stable name
-// under the headless Service; localhost for the agent and the probes.
+// under the headless Service; localhost for the agent's own checks.
 func serverNames(db *dbv1.Database) pki.Names {
 	var dns []string
 	for _, svc := range []string{db.Name + "-rw", db.Name + "-ro", db.Name + "-headless"} {
