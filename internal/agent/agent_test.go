@@ -558,7 +558,7 @@ func TestAfterPromotion(t *testing.T) {
 // at most every readinessRelog: an HTTP probe's Event says only 503.
 func TestReadinessTurnsAreLogged(t *testing.T) {
 	var lines []string
-	a := &Agent{cfg: Config{Log: funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})}}
+	a := &Agent{cfg: Config{Log: funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{})}}
 	for _, why := range []string{"", "", "the server does not answer", "the server does not answer",
 		"the replica is 6 behind", "the replica is 7 behind", ""} {
 		a.logReadiness(why)
