@@ -3,17 +3,12 @@ package processnode
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -149,7 +144,7 @@ func (w *podWorker) runProbe(ctx context.Context, c *ctrState, p *corev1.Probe) 
 		if err != nil {
 			return err
 		}
-		conn, err := w.dialInPod(ctx, "tcp", net.JoinHostPort(w.ip.String(), strconv.Itoa(port)))
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(w.ip.String(), strconv.Itoa(port)))
 		if err != nil {
 			return err
 		}
@@ -167,19 +162,13 @@ func (w *podWorker) runProbe(ctx context.Context, c *ctrState, p *corev1.Probe) 
 		for _, h := range p.HTTPGet.HTTPHeaders {
 			req.Header.Add(h.Name, h.Value)
 		}
-		// No proxy (a kubelet's prober uses none), one connection per probe.
-		client := &http.Client{Transport: &http.Transport{DialContext: w.dialInPod, DisableKeepAlives: true}}
-		resp, err := client.Do(req)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}
-		defer resp.Body.Close()
+		resp.Body.Close()
 		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-			// A kubelet's Event names the status only; the body (the
-			// agent's reason) helps whoever reads the node's log.
-			body := make([]byte, 256)
-			n, _ := io.ReadFull(resp.Body, body)
-			return fmt.Errorf("HTTP probe answered %s: %s", resp.Status, strings.TrimSpace(string(body[:n])))
+			return fmt.Errorf("HTTP probe answered %s", resp.Status)
 		}
 		return nil
 	}
@@ -239,37 +228,4 @@ func probeKind(c *ctrState, p *corev1.Probe) string {
 		return "Startup"
 	}
 	return "Liveness"
-}
-
-// dialInPod dials addr from inside the pod's network namespace. A kubelet
-// reaches its pods over its own node, so a pod cut off from the cluster
-// (Partition: its veth down) still answers its probes, as on a node cut
-// off from the network; dialled from the host, they would fail and the
-// liveness probe would restart the very server a partition test watches.
-func (w *podWorker) dialInPod(ctx context.Context, network, addr string) (net.Conn, error) {
-	type dialed struct {
-		conn net.Conn
-		err  error
-	}
-	ch := make(chan dialed, 1)
-	go func() {
-		// The thread stays locked: it ends with this goroutine, so no
-		// other goroutine ever runs in the pod's namespace.
-		runtime.LockOSThread()
-		ns, err := os.Open(nsPath(w.netns))
-		if err != nil {
-			ch <- dialed{err: fmt.Errorf("the pod's network namespace: %w", err)}
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- dialed{err: fmt.Errorf("entering the pod's network namespace: %w", err)}
-			return
-		}
-		// The socket is made here, in the pod's namespace, and stays there.
-		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		ch <- dialed{conn, err}
-	}()
-	d := <-ch
-	return d.conn, d.err
 }
