@@ -24,9 +24,8 @@ import (
 
 // ProbePort is where the agent serves its probes, /livez and /readyz, to
 // the kubelet's HTTP probes (the chart's port "probes"). They say "ok" or
-// why not, and nothing else. (They were exec probes, running this 100 MB
-// binary in the pod twice per period: about 0.15 CPU seconds each, most of
-// what the pods of a Database cost at rest.)
+// why not, and nothing else. (They were exec probes: each started this
+// 100 MB binary again, about 0.15 CPU seconds; docs/architecture.md.)
 const ProbePort = 8010
 
 // DefaultListen is where the agent serves the probes: every address of the
