@@ -38,21 +38,6 @@ type Server struct {
 
 func (s Server) endpoint() engine.Endpoint { return engine.Endpoint{Host: s.Host, Port: s.Port} }
 
-// open connects the engine layer to the server.
-func (s Server) open(ctx context.Context) (engine.Instance, error) {
-	var opts engine.Options
-	if s.CAFile != "" {
-		ca, err := os.ReadFile(s.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading the CA bundle: %w", err)
-		}
-		if opts.TLS, err = engine.VerifyTLS(ca, ""); err != nil {
-			return nil, fmt.Errorf("%s: %w", s.CAFile, err)
-		}
-	}
-	return engine.Open(ctx, s.Engine, s.endpoint(), engine.Credentials{User: s.User, Password: s.Password}, opts)
-}
-
 // mysqlConnArgs are a MySQL or MariaDB client tool's connection options:
 // TCP to Host, and with a CA the server verified against Host's name.
 // (PostgreSQL's tools take theirs from the environment: clientEnv.)

@@ -73,11 +73,14 @@ func (d *dnsServer) serve() {
 	buf := make([]byte, 1500)
 	for {
 		n, from, err := d.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				d.log.Info("DNS read failed", "error", err.Error())
-			}
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			// One bad read (an ICMP error reported on the socket) must
+			// not leave every pod without DNS for the rest of the run.
+			d.log.Info("DNS read failed", "error", err.Error())
+			continue
 		}
 		if reply := d.answer(buf[:n]); reply != nil {
 			_, _ = d.conn.WriteToUDPAddrPort(reply, from)
