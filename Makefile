@@ -217,7 +217,7 @@ test-unit: ## Unit tests (no cluster).
 .PHONY: test-integration
 test-integration: ## Integration tests on a real local control plane.
 	@BIN=$$(hack/build-tools.sh cluster); S3=$$(hack/build-tools.sh s3); CRDS=$$(hack/build-tools.sh monitoring-crds); \
-	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" MONITORING_CRDS="$$CRDS" go test $(GOTEST_FLAGS) -parallel 3 -count=1 -timeout 45m ./tests/e2e/... ./tests/engine/... ./tests/metrics/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... -v 2>&1 | \
+	LOCAL_CLUSTER_BIN="$$BIN" VERSITYGW_BIN="$$S3" MONITORING_CRDS="$$CRDS" go test $(GOTEST_FLAGS) -parallel 3 -count=1 -timeout 45m ./tests/e2e/... ./tests/engine/... ./tests/metrics/... ./tests/storage/... ./tests/backup/... ./tests/integration/... ./tests/rbac/... ./tests/localcluster/... ./tests/processnode/... ./tests/utils/processnode/... -v 2>&1 | \
 		grep -v '^=== \(RUN\|PAUSE\|CONT\)' | tee /tmp/dbop-integration.log
 
 # The API tests: schema, CEL, conversion, the webhooks, and the release

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -359,6 +360,44 @@ func TestLivenessProbeRestarts(t *testing.T) {
 	}
 	waitEvent(t, pod, "Unhealthy", "Liveness probe failed")
 	waitEvent(t, pod, "Killing", "failed liveness probe, will be restarted")
+}
+
+// TestProbesReachAPartitionedPod: a pod cut off from the cluster
+// (Partition) still answers its HTTP and TCP probes, which a kubelet sends
+// over its own node: it stays ready and is not restarted. (Dialled from the
+// host, they failed, and the liveness probe restarted the server that a
+// partition test watches.)
+func TestProbesReachAPartitionedPod(t *testing.T) {
+	// perl-base is in every Debian: a one-line HTTP server.
+	server := `use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die $!;
+while (my $c = $s->accept) { while (<$c>) { last if /^\r?\n$/ } print $c "HTTP/1.0 200 OK\r\n\r\nok\n"; close $c }`
+	probe := func(h corev1.ProbeHandler) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: h, PeriodSeconds: 1, TimeoutSeconds: 1, FailureThreshold: 2}
+	}
+	pod := newPod(t, "cut", corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "debian:12",
+		Command:        []string{"perl", "-e", server},
+		ReadinessProbe: probe(corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}),
+		LivenessProbe:  probe(corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}})}}})
+	pod = waitPod(t, pod, "Ready", 60*time.Second, ready)
+	// A liveness probe may have found perl not yet listening.
+	restarts := pod.Status.ContainerStatuses[0].RestartCount
+	if err := node.Partition(pod.Namespace, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Heal(pod.Namespace, pod.Name) })
+	// Three times the failure threshold: a failing probe would have
+	// turned it unready and restarted it.
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := p.Status.ContainerStatuses; !ready(p) || len(s) != 1 || s[0].RestartCount != restarts {
+			t.Fatalf("partitioned: ready %v, containers %+v: its probes failed", ready(p), s)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // TestImageWithoutLocalMatch: a pod whose image the node cannot run waits

@@ -13,8 +13,9 @@ import (
 
 // Partition cuts the pod off from everyone on the bridge (the operator,
 // the API server, clients, the other pods) by taking its veth down; its
-// processes keep running and its own probes, which run inside the pod,
-// still pass, as on a node cut off from the cluster.
+// processes keep running and its probes, which run inside the pod or are
+// dialled from within its network namespace (as a kubelet reaches its pods
+// over its own node), still pass, as on a node cut off from the cluster.
 func (n *Node) Partition(namespace, pod string) error { return n.setLink(namespace, pod, "down") }
 
 // Heal undoes Partition.

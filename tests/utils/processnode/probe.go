@@ -2,13 +2,19 @@ package processnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -144,7 +150,7 @@ func (w *podWorker) runProbe(ctx context.Context, c *ctrState, p *corev1.Probe) 
 		if err != nil {
 			return err
 		}
-		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(w.ip.String(), strconv.Itoa(port)))
+		conn, err := w.dialInPod(ctx, "tcp", net.JoinHostPort(w.ip.String(), strconv.Itoa(port)))
 		if err != nil {
 			return err
 		}
@@ -162,13 +168,19 @@ func (w *podWorker) runProbe(ctx context.Context, c *ctrState, p *corev1.Probe) 
 		for _, h := range p.HTTPGet.HTTPHeaders {
 			req.Header.Add(h.Name, h.Value)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		// No proxy (a kubelet's prober uses none), one connection per probe.
+		client := &http.Client{Transport: &http.Transport{DialContext: w.dialInPod, DisableKeepAlives: true}}
+		resp, err := client.Do(req)
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
 		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
-			return fmt.Errorf("HTTP probe answered %s", resp.Status)
+			// A kubelet's Event names the status only; the body (the
+			// agent's reason) helps whoever reads the node's log.
+			body := make([]byte, 256)
+			n, _ := io.ReadFull(resp.Body, body)
+			return fmt.Errorf("HTTP probe answered %s: %s", resp.Status, strings.TrimSpace(string(body[:n])))
 		}
 		return nil
 	}
@@ -228,4 +240,60 @@ func probeKind(c *ctrState, p *corev1.Probe) string {
 		return "Startup"
 	}
 	return "Liveness"
+}
+
+// dialInPod dials addr from inside the pod's network namespace. A kubelet
+// reaches its pods over its own node, so a pod cut off from the cluster
+// (Partition: its veth down) still answers its probes, as on a node cut
+// off from the network; dialled from the host, they would fail and the
+// liveness probe would restart the very server a partition test watches.
+func (w *podWorker) dialInPod(ctx context.Context, network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := inNetns(nsPath(w.netns), func() (err error) {
+		// The socket is made here, in the pod's namespace, and stays there.
+		conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
+}
+
+// inNetns runs fn on a thread in the network namespace pinned at path,
+// then puts the thread back in its own namespace before it runs anything
+// else. The thread must not end instead (as a goroutine that exits locked
+// ends it): a process started with Pdeathsig from that thread earlier (the
+// API server, a container) would be killed with it.
+func inNetns(path string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		own, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("the node's network namespace: %w", err)
+			return
+		}
+		defer own.Close()
+		ns, err := os.Open(path)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("the pod's network namespace: %w", err)
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("entering the pod's network namespace: %w", err)
+			return
+		}
+		err = fn()
+		if back := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); back != nil {
+			// The thread cannot go back: it stays parked here, locked,
+			// running nothing else and never ending.
+			done <- errors.Join(err, fmt.Errorf("leaving the pod's network namespace: %w", back))
+			select {}
+		}
+		runtime.UnlockOSThread()
+		done <- err
+	}()
+	return <-done
 }
