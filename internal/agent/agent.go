@@ -161,6 +161,9 @@ type Config struct {
 	// long after a write the current file is closed for it (default 1m).
 	BinlogArchive *binlog.Archive
 	BinlogTimeout time.Duration
+	// WALStream, when set, is where the primary streams the WAL segment
+	// its server writes (PostgreSQL with spec.backup.archive).
+	WALStream *wal.Archive
 }
 
 // Agent is one running agent.
@@ -212,6 +215,8 @@ type Agent struct {
 	running  bool
 	// binlogs archives the binary log once this server was the primary.
 	binlogs *binlog.Archiver
+	// walStream streams PostgreSQL's current WAL segment (nil: not asked).
+	walStream *walStreamer
 	child   *exec.Cmd
 	demoted bool
 	// stopping: the pod is stopping (a handover may be under way).
@@ -226,7 +231,11 @@ func New(cfg Config) *Agent {
 	if cfg.LeaseDuration <= 0 {
 		cfg.LeaseDuration = DefaultLeaseDuration
 	}
-	return &Agent{cfg: cfg, duration: cfg.LeaseDuration, maxLag: -1}
+	a := &Agent{cfg: cfg, duration: cfg.LeaseDuration, maxLag: -1}
+	if cfg.WALStream != nil {
+		a.walStream = &walStreamer{arch: *cfg.WALStream}
+	}
+	return a
 }
 
 // Run supervises the server until ctx ends (the pod stops: the server gets
@@ -276,6 +285,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.checkLoop(loops)
 	go a.guardLoop(loops)
 	go a.binlogLoop(loops)
+	go a.walStreamLoop(loops)
 
 	fenced := false
 	for {
@@ -861,18 +871,27 @@ func openLocal(ctx context.Context, cfg Config, callTimeout time.Duration) (engi
 	if cfg.Open != nil {
 		return cfg.Open(ctx)
 	}
+	opts, err := localOptions(cfg, callTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return engine.Open(ctx, cfg.Engine, cfg.Server, cfg.Superuser, opts)
+}
+
+// localOptions are the options of the agent's connections to its server.
+func localOptions(cfg Config, callTimeout time.Duration) (engine.Options, error) {
 	opts := engine.Options{ConnectTimeout: time.Second, CallTimeout: callTimeout}
 	if cfg.TLSDir != "" {
 		// Read each time: the kubelet swaps the files when the CA changes.
 		ca, err := os.ReadFile(filepath.Join(cfg.TLSDir, "ca.crt"))
 		if err != nil {
-			return nil, fmt.Errorf("reading the CA bundle: %w", err)
+			return engine.Options{}, fmt.Errorf("reading the CA bundle: %w", err)
 		}
 		if opts.TLS, err = engine.VerifyTLS(ca, ""); err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Join(cfg.TLSDir, "ca.crt"), err)
+			return engine.Options{}, fmt.Errorf("%s: %w", filepath.Join(cfg.TLSDir, "ca.crt"), err)
 		}
 	}
-	return engine.Open(ctx, cfg.Engine, cfg.Server, cfg.Superuser, opts)
+	return opts, nil
 }
 
 func (a *Agent) openLocal(ctx context.Context, callTimeout time.Duration) (engine.Instance, error) {

@@ -33,30 +33,41 @@ const EnvBinlogArchiveTimeout = "BINLOG_ARCHIVE_TIMEOUT"
 
 // binlogArchiveFromEnv reads EnvBinlogArchive; nil when it is not set.
 func binlogArchiveFromEnv(ctx context.Context) (*binlog.Archive, error) {
-	v := os.Getenv(EnvBinlogArchive)
+	store, prefix, err := archiveFromEnv(ctx, EnvBinlogArchive)
+	if err != nil || store == nil {
+		return nil, err
+	}
+	return &binlog.Archive{Store: store, Prefix: prefix}, nil
+}
+
+// archiveFromEnv reads an archive from the environment variable env: a
+// JSON array of the backup target's flags and --prefix, as wal-push takes
+// them. A nil store when env is not set.
+func archiveFromEnv(ctx context.Context, env string) (storage.Store, string, error) {
+	v := os.Getenv(env)
 	if v == "" {
-		return nil, nil
+		return nil, "", nil
 	}
 	var args []string
 	if err := json.Unmarshal([]byte(v), &args); err != nil {
-		return nil, fmt.Errorf("%s is not a JSON array of flags: %w", EnvBinlogArchive, err)
+		return nil, "", fmt.Errorf("%s is not a JSON array of flags: %w", env, err)
 	}
-	fs := flag.NewFlagSet(EnvBinlogArchive, flag.ContinueOnError)
+	fs := flag.NewFlagSet(env, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var t storage.Flags
 	t.Register(fs)
 	prefix := fs.String("prefix", "", "where the archive lives in the target")
 	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvBinlogArchive, err)
+		return nil, "", fmt.Errorf("%s: %w", env, err)
 	}
 	if *prefix == "" {
-		return nil, fmt.Errorf("%s: --prefix is required", EnvBinlogArchive)
+		return nil, "", fmt.Errorf("%s: --prefix is required", env)
 	}
 	store, err := t.Open(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvBinlogArchive, err)
+		return nil, "", fmt.Errorf("%s: %w", env, err)
 	}
-	return &binlog.Archive{Store: store, Prefix: *prefix}, nil
+	return store, *prefix, nil
 }
 
 // binlogInterval is how often the archiver looks for finished files.
@@ -205,6 +216,8 @@ type BinlogArchiving struct {
 	Active  bool   `json:"active"`
 	Source  string `json:"source,omitempty"`
 	binlog.Status
+	// WALStream is PostgreSQL's: the segment the server writes, streamed.
+	WALStream *WALStreamStatus `json:"walStream,omitempty"`
 }
 
 // serveArchiver answers GET /v1/archiver.
@@ -214,11 +227,15 @@ func (a *Agent) serveArchiver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mu.Lock()
-	st := BinlogArchiving{Enabled: a.cfg.BinlogArchive != nil}
+	st := BinlogArchiving{Enabled: a.cfg.BinlogArchive != nil || a.walStream != nil}
 	if a.binlogs != nil {
 		st.Active, st.Source, st.Status = a.binlogs.Source != "", a.binlogs.Source, a.binlogs.Status()
 	}
 	a.mu.Unlock()
+	if a.walStream != nil {
+		ws := a.walStream.status()
+		st.WALStream = &ws
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(st)
 }

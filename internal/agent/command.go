@@ -101,6 +101,9 @@ func Command(ctx context.Context, args []string, logw io.Writer) error {
 	if cfg.BinlogArchive, err = binlogArchiveFromEnv(ctx); err != nil {
 		return err
 	}
+	if cfg.WALStream, err = walStreamFromEnv(ctx); err != nil {
+		return err
+	}
 	if err := withMetrics(&cfg); err != nil {
 		// The server runs all the same: metrics are not worth an outage.
 		cfg.Log.Error(err, "not serving the database metrics")

@@ -56,6 +56,7 @@ func archiveValues(db *dbv1.Database) map[string]any {
 		args := append([]string{agentBinary, "wal-push"}, tp.args...)
 		args = append(args, "--prefix="+archiveOf(db).path)
 		values["command"] = shellJoin(args) + " %p"
+		values["walStream"] = append(append([]any{}, toAny(tp.args)...), "--prefix="+archiveOf(db).path)
 	} else {
 		args := append(append([]any{}, toAny(tp.args)...), "--prefix="+archiveOf(db).path)
 		values["binlogArchive"] = args
@@ -212,7 +213,13 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 			message: fmt.Sprintf("%s archived the binary log file %s at %s (%d files since its agent started), and streams the file it writes", primary, a.LastArchived,
 				a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 	}
-	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: a.LastArchivedAt, message: fmt.Sprintf(
+	// The streamed WAL is recoverable up to the agent's mark: the moment
+	// stays out of the message, which moves only with whole segments.
+	last := a.LastArchivedAt
+	if extra.closedAt.After(last) {
+		last = extra.closedAt
+	}
+	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: last, message: fmt.Sprintf(
 		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
 }
 
@@ -243,26 +250,18 @@ func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, 
 			return engine.Archiver{}, binlogExtra{}, err
 		}
 		a, err := inst.Archiver(ctx)
-		return a, binlogExtra{}, err
+		if err != nil {
+			return a, binlogExtra{}, err
+		}
+		// What the agent streamed of the segment the server writes moves
+		// the recoverable time; without it, whole segments still do.
+		var extra binlogExtra
+		if st, serr := r.askArchiver(ctx, obs, pod); serr == nil && st.WALStream != nil {
+			extra.closedAt = st.WALStream.RecoverableAt
+		}
+		return a, extra, nil
 	}
-	if r.Archivers == nil {
-		return engine.Archiver{}, binlogExtra{}, errors.New("the operator does not reach the agents")
-	}
-	ep, err := obs.instances.endpoint(ctx, pod)
-	if err != nil {
-		return engine.Archiver{}, binlogExtra{}, err
-	}
-	repl, err := obs.instances.replication(ctx)
-	if err != nil {
-		return engine.Archiver{}, binlogExtra{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	var opts engine.Options
-	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
-		return engine.Archiver{}, binlogExtra{}, err
-	}
-	st, err := r.Archivers(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
+	st, err := r.askArchiver(ctx, obs, pod)
 	if err != nil {
 		return engine.Archiver{}, binlogExtra{}, err
 	}
@@ -277,6 +276,28 @@ func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, 
 		a.LastArchivedAt = st.LastStreamedAt
 	}
 	return a, binlogExtra{closedAt: st.LastClosedAt, gap: st.LastGap, gapAt: st.LastGapAt, lastError: st.LastError}, nil
+}
+
+// askArchiver asks the agent of pod for its archiver's state.
+func (r *DatabaseReconciler) askArchiver(ctx context.Context, obs *observed, pod *corev1.Pod) (agent.BinlogArchiving, error) {
+	if r.Archivers == nil {
+		return agent.BinlogArchiving{}, errors.New("the operator does not reach the agents")
+	}
+	ep, err := obs.instances.endpoint(ctx, pod)
+	if err != nil {
+		return agent.BinlogArchiving{}, err
+	}
+	repl, err := obs.instances.replication(ctx)
+	if err != nil {
+		return agent.BinlogArchiving{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var opts engine.Options
+	if err := obs.instances.connector.tlsOptions(ctx, obs.instances.db, ep, &opts); err != nil {
+		return agent.BinlogArchiving{}, err
+	}
+	return r.Archivers(ctx, ep.Host, agent.PeerToken(repl.Password), opts.TLS)
 }
 
 // setArchiveCondition sets ContinuousArchiving from what the Archive phase

@@ -201,9 +201,25 @@ func TestPointInTimeRecovery(t *testing.T) {
 
 	// The source's machine is lost under writes, and the Database deleted
 	// with its volumes: the latest moment the archive holds is recovered.
-	lost, point, _ := p.recoveryPoint("base", "pitr-latest", 4*time.Second)
+	lost, point, msg := p.recoveryPoint("base", "pitr-latest", 4*time.Second)
 	t.Logf("recovery point after losing every instance and its volume (4 s of writes, archive timeout 10 s): %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged",
 		lost, point.Round(time.Millisecond))
+	// The writes since the last whole segment came from what the
+	// primary's agent streamed of the segment it wrote: the replay ends
+	// inside a segment, not where one ends.
+	if end, ok := replayEnd(msg); !ok || end%(16<<20) == 0 {
+		t.Errorf("the recovery to the latest moment ended at a segment's end (%q): the streamed WAL of the segment the primary wrote was not replayed", msg)
+	}
+}
+
+// replayEnd reads the LSN a recovery's replay ended at from its Restored
+// message.
+func replayEnd(msg string) (uint64, bool) {
+	_, rest, ok := strings.Cut(msg, "the replay ended at ")
+	hi, lo, ok2 := strings.Cut(strings.Fields(rest + " ")[0], "/")
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(strings.TrimRight(lo, ","), 16, 32)
+	return h<<32 | l, ok && ok2 && err1 == nil && err2 == nil
 }
 
 // recoveryPoint loses the source's primary under write load (its machine:

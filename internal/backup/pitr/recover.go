@@ -252,7 +252,8 @@ func checkWindow(ctx context.Context, o Options, m *backup.Manifest) error {
 		return fail(ReasonOutsideWindow, "%s is before the base backup %s completed (%s): pick a later moment or an earlier backup",
 			t, o.Store.Location(o.Path), m.CompletedAt.UTC().Format(time.RFC3339))
 	}
-	entries, err := wal.Archive{Store: o.Store, Prefix: o.Archive}.List(ctx)
+	arch := wal.Archive{Store: o.Store, Prefix: o.Archive}
+	entries, err := arch.List(ctx)
 	if err != nil {
 		return fail(backup.ReasonTargetFailed, "listing the WAL archive %s: %w", o.Store.Location(o.Archive), err)
 	}
@@ -262,9 +263,17 @@ func checkWindow(ctx context.Context, o Options, m *backup.Manifest) error {
 			last = e.Archived
 		}
 	}
-	if !t.Time.Before(last) {
-		return fail(ReasonOutsideWindow, "%s is past the end of the WAL archive %s: its last segment was archived at %s",
-			t, o.Store.Location(o.Archive), last.UTC().Format(time.RFC3339))
+	// The segment the primary was writing, streamed, may reach further.
+	streamed, err := arch.StreamedUntil(ctx)
+	if err != nil {
+		return fail(backup.ReasonTargetFailed, "reading the streamed WAL of %s: %w", o.Store.Location(o.Archive), err)
+	}
+	if !t.Time.Before(last) && !t.Time.Before(streamed) {
+		end := fmt.Sprintf("its last segment was archived at %s", last.UTC().Format(time.RFC3339))
+		if !streamed.IsZero() {
+			end += fmt.Sprintf(", and what was streamed after it holds every transaction before %s", streamed.UTC().Format(time.RFC3339Nano))
+		}
+		return fail(ReasonOutsideWindow, "%s is past the end of the WAL archive %s: %s", t, o.Store.Location(o.Archive), end)
 	}
 	return nil
 }

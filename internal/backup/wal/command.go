@@ -24,6 +24,11 @@ func PushCommand(ctx context.Context, args []string, log io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(log, "wal-push: archived %s (%d bytes, sha256 %s)\n", e.Name, e.Size, e.SHA256)
+	// What the primary's agent streamed of it is not needed any more. A
+	// failure leaves pieces for retention to delete: the file is archived.
+	if err := a.DeletePieces(ctx, e.Name); err != nil {
+		fmt.Fprintf(log, "wal-push: deleting what was streamed of %s: %v\n", e.Name, err)
+	}
 	return nil
 }
 
@@ -37,7 +42,7 @@ func FetchCommand(ctx context.Context, args []string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	e, err := a.Fetch(ctx, rest[0], rest[1])
+	done, err := a.fetchAny(ctx, rest[0], rest[1])
 	switch {
 	case errors.Is(err, ErrNotArchived):
 		fmt.Fprintf(log, "wal-fetch: %s is not in the archive\n", rest[0])
@@ -49,7 +54,7 @@ func FetchCommand(ctx context.Context, args []string, log io.Writer) error {
 		fmt.Fprintf(log, "wal-fetch: %v\n", err)
 		return err
 	}
-	fmt.Fprintf(log, "wal-fetch: restored %s (%d bytes, sha256 verified)\n", e.Name, e.Size)
+	fmt.Fprintf(log, "wal-fetch: %s\n", done)
 	return nil
 }
 

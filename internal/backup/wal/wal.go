@@ -267,6 +267,15 @@ func (a Archive) PruneBefore(ctx context.Context, first string) (int, error) {
 	}
 	deleted := 0
 	for _, k := range keys {
+		// A streamed segment's pieces go with it.
+		if seg, ok := strings.CutSuffix(path.Base(path.Dir(k)), PieceSuffix); ok && path.Dir(path.Dir(k)) == path.Clean(a.Prefix) && ValidName(seg) {
+			if s := SegmentNumber(seg); s != "" && s < bound {
+				if err := a.Store.Delete(ctx, k); err != nil && !errors.Is(err, storage.ErrNotFound) {
+					return deleted, err
+				}
+			}
+			continue
+		}
 		name, isEntry := strings.CutSuffix(path.Base(k), entrySuffix)
 		if isEntry || !ValidName(name) {
 			continue // entries go with their files; anything else is not ours
