@@ -217,8 +217,8 @@ type Agent struct {
 	binlogs *binlog.Archiver
 	// walStream streams PostgreSQL's current WAL segment (nil: not asked).
 	walStream *walStreamer
-	child   *exec.Cmd
-	demoted bool
+	child     *exec.Cmd
+	demoted   bool
 	// stopping: the pod is stopping (a handover may be under way).
 	stopping bool
 	// busy: the server's last answer refused a session for a full

@@ -127,7 +127,7 @@ func (a *Agent) streamWAL(ctx context.Context) error {
 		return fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
 	start := sys.XLogPos - sys.XLogPos%pglogrepl.LSN(segSize)
-	if err := pglogrepl.StartReplication(ctx, repl, "", start, pglogrepl.StartReplicationOptions{Timeline: sys.Timeline, Mode: pglogrepl.PhysicalReplication}); err != nil {
+	if err := startPhysical(ctx, repl, start, sys.Timeline); err != nil {
 		return fmt.Errorf("START_REPLICATION at %s on timeline %d: %w", start, sys.Timeline, err)
 	}
 	a.cfg.Log.Info("streaming the WAL to the archive", "from", start.String(), "timeline", sys.Timeline)
@@ -185,6 +185,32 @@ func (a *Agent) streamWAL(ctx context.Context) error {
 			return pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.CopyDone:
 			return errors.New("the server ended the WAL stream")
+		}
+	}
+}
+
+// startPhysical starts streaming the WAL from start without a replication
+// slot (pglogrepl's StartReplication always names one): the stream only
+// needs the segment being written, which the server keeps anyway, and a
+// slot would hold WAL back for an archiver that stopped.
+func startPhysical(ctx context.Context, conn *pgconn.PgConn, start pglogrepl.LSN, timeline int32) error {
+	conn.Frontend().SendQuery(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE %d", start, timeline)})
+	if err := conn.Frontend().Flush(); err != nil {
+		return err
+	}
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyBothResponse:
+			return nil
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		case *pgproto3.NoticeResponse:
+		default:
+			return fmt.Errorf("unexpected %T", msg)
 		}
 	}
 }

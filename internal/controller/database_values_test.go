@@ -144,11 +144,11 @@ func TestChartValues(t *testing.T) {
 			want: func(m map[string]any) {
 				m["archive"] = map[string]any{
 					"enabled": true, "timeoutSeconds": int64(60),
-					"command": "/agent/manager wal-push --dir=/backups --prefix=shop/orders/_wal/uid-1 %p",
+					"command":   "/agent/manager wal-push --dir=/backups --prefix=shop/orders/_wal/uid-1 %p",
 					"walStream": []any{"--dir=/backups", "--prefix=shop/orders/_wal/uid-1"},
-					"env":     []any{},
-					"volumes": []any{map[string]any{"name": "backups", "persistentVolumeClaim": map[string]any{"claimName": "orders-backups"}}},
-					"mounts":  []any{map[string]any{"name": "backups", "mountPath": "/backups"}},
+					"env":       []any{},
+					"volumes":   []any{map[string]any{"name": "backups", "persistentVolumeClaim": map[string]any{"claimName": "orders-backups"}}},
+					"mounts":    []any{map[string]any{"name": "backups", "mountPath": "/backups"}},
 				}
 			},
 		},

@@ -150,7 +150,9 @@ func TestContinuousArchiving(t *testing.T) {
 func TestPointInTimeRecovery(t *testing.T) {
 	t.Parallel() // its own Databases: see parallel in main_test.go
 	ctx := context.Background()
-	p := newPITRSource(t, "pitr", 1)
+	// No segment closes on a timer here (an hour): the last writes reach
+	// the archive through the primary's agent's stream or not at all.
+	p := newPITRSourceClosing(t, "pitr", 1, 3600)
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: p.db.Namespace, Name: p.db.Name + "-backups"}, &corev1.PersistentVolumeClaim{}); err != nil {
 		t.Errorf("the default backup claim: %v", err)
 	}
@@ -202,7 +204,7 @@ func TestPointInTimeRecovery(t *testing.T) {
 	// The source's machine is lost under writes, and the Database deleted
 	// with its volumes: the latest moment the archive holds is recovered.
 	lost, point, msg := p.recoveryPoint("base", "pitr-latest", 4*time.Second)
-	t.Logf("recovery point after losing every instance and its volume (4 s of writes, archive timeout 10 s): %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged",
+	t.Logf("recovery point after losing every instance and its volume (4 s of writes, segments closed by the timer never): %d acknowledged writes lost, the last recovered one acknowledged %s before the last acknowledged",
 		lost, point.Round(time.Millisecond))
 	// The writes since the last whole segment came from what the
 	// primary's agent streamed of the segment it wrote: the replay ends
@@ -377,9 +379,15 @@ type pitrSource struct {
 }
 
 func newPITRSource(t testing.TB, name string, replicas int32) *pitrSource {
+	// A segment closed every 10 s under writes.
+	return newPITRSourceClosing(t, name, replicas, 10)
+}
+
+// newPITRSourceClosing is newPITRSource with the archive timeout (how long
+// after a write the segment is closed and archived whole) in seconds.
+func newPITRSourceClosing(t testing.TB, name string, replicas, timeout int32) *pitrSource {
 	db := createDatabase(t, name, dbv1.EnginePostgreSQL, "15", replicas, func(db *dbv1.Database) {
-		// A segment closed every 10 s under writes: the recovery point.
-		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To[int32](10)}}
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true, TimeoutSeconds: ptr.To(timeout)}}
 	})
 	p := &pitrSource{t: t, db: waitRunning(t, db, replicas, 5*time.Minute)}
 	p.user, p.password = credentials(t, p.db)
