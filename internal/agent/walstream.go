@@ -96,23 +96,40 @@ func (a *Agent) isArchivingPrimary() bool {
 	return a.writable && a.running && a.holdsLocked()
 }
 
-// streamWAL is one replication session: from the start of the segment the
-// server writes, each round's WAL goes to the archive as a piece of its
-// segment. It ends when the server is no longer the archiving primary.
+// streamWAL is one replication session while the server is the archiving
+// primary.
 func (a *Agent) streamWAL(ctx context.Context) error {
+	return a.walStream.session(ctx, a.cfg, a.isArchivingPrimary)
+}
+
+// StreamWAL runs one streaming session into arch from the server cfg names
+// (Server, Superuser, TLSDir, Log) until primary says false, ctx ends or it
+// fails, and returns the streamer's status: the engine tests run it
+// against a real server.
+func StreamWAL(ctx context.Context, cfg Config, arch wal.Archive, primary func() bool) (WALStreamStatus, error) {
+	s := &walStreamer{arch: arch}
+	err := s.session(ctx, cfg, primary)
+	return s.status(), err
+}
+
+// session is one replication session: from the start of the segment the
+// server writes, each round's WAL goes to the archive as a piece of its
+// segment. It ends when primary says the server no longer is the
+// archiving primary.
+func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	opts, err := localOptions(a.cfg, 30*time.Second)
+	opts, err := localOptions(cfg, 30*time.Second)
 	if err != nil {
 		return err
 	}
-	repl, err := engine.OpenPostgresConn(ctx, a.cfg.Server, a.cfg.Superuser, opts, true)
+	repl, err := engine.OpenPostgresConn(ctx, cfg.Server, cfg.Superuser, opts, true)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = repl.Close(context.Background()) }()
 	// A plain session beside it reads the server's clock and flush point.
-	plain, err := engine.OpenPostgresConn(ctx, a.cfg.Server, a.cfg.Superuser, opts, false)
+	plain, err := engine.OpenPostgresConn(ctx, cfg.Server, cfg.Superuser, opts, false)
 	if err != nil {
 		return err
 	}
@@ -130,13 +147,13 @@ func (a *Agent) streamWAL(ctx context.Context) error {
 	if err := startPhysical(ctx, repl, start, sys.Timeline); err != nil {
 		return fmt.Errorf("START_REPLICATION at %s on timeline %d: %w", start, sys.Timeline, err)
 	}
-	a.cfg.Log.Info("streaming the WAL to the archive", "from", start.String(), "timeline", sys.Timeline)
-	s := &segmentStream{arch: a.walStream.arch, segSize: uint64(segSize), timeline: uint32(sys.Timeline), at: uint64(start), sent: uint64(start)}
+	cfg.Log.Info("streaming the WAL to the archive", "from", start.String(), "timeline", sys.Timeline)
+	s := &segmentStream{arch: w.arch, segSize: uint64(segSize), timeline: uint32(sys.Timeline), at: uint64(start), sent: uint64(start)}
 
 	var mark clockMark // the server's clock and flush point, read each round
 	next := time.Now().Add(walStreamRound)
 	for {
-		if !a.isArchivingPrimary() {
+		if !primary() {
 			return nil
 		}
 		if !time.Now().Before(next) {
@@ -145,7 +162,7 @@ func (a *Agent) streamWAL(ctx context.Context) error {
 				return err
 			}
 			if s.uploadedTo >= mark.flush && !mark.at.IsZero() {
-				a.walStream.update(func(st *WALStreamStatus) {
+				w.update(func(st *WALStreamStatus) {
 					st.RecoverableAt, st.Segment, st.End = mark.at, s.segmentName(s.uploadedTo-1), pglogrepl.LSN(s.uploadedTo).String()
 					st.Pieces += s.pieces
 					st.LastError = ""

@@ -219,8 +219,13 @@ func (r *DatabaseReconciler) readArchiver(ctx context.Context, db *dbv1.Database
 	if extra.closedAt.After(last) {
 		last = extra.closedAt
 	}
-	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: last, message: fmt.Sprintf(
-		"%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)}
+	msg := fmt.Sprintf("%s archived %s at %s (%d files since it started)", primary, a.LastArchived, a.LastArchivedAt.UTC().Format(time.RFC3339), a.Archived)
+	if extra.lastError != "" {
+		// Nothing is lost (whole segments still go), but a write waits
+		// for its segment to close again: say so.
+		msg += fmt.Sprintf("; streaming the segment it writes fails (%s): a write reaches the archive only when its segment closes", extra.lastError)
+	}
+	return &archiveState{status: metav1.ConditionTrue, reason: dbv1.ReasonWALArchived, lastArchived: last, message: msg}
 }
 
 // binlogKept is how long the chart's MariaDB servers keep their binary
@@ -257,7 +262,7 @@ func (r *DatabaseReconciler) archiverOf(ctx context.Context, db *dbv1.Database, 
 		// the recoverable time; without it, whole segments still do.
 		var extra binlogExtra
 		if st, serr := r.askArchiver(ctx, obs, pod); serr == nil && st.WALStream != nil {
-			extra.closedAt = st.WALStream.RecoverableAt
+			extra.closedAt, extra.lastError = st.WALStream.RecoverableAt, st.WALStream.LastError
 		}
 		return a, extra, nil
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	dbv1 "example.com/database-operator/api/v1"
+	"example.com/database-operator/internal/agent"
 	"example.com/database-operator/internal/engine"
 )
 
@@ -176,6 +178,27 @@ func TestContinuousArchivingCondition(t *testing.T) {
 			t.Errorf("%s: Events %q, want %s", tc.name, events, tc.event)
 		}
 	}
+
+	// The primary's agent streams the segment its server writes: the
+	// recoverable time follows the stream, and a failing stream is said
+	// (nothing is lost: whole segments still go).
+	repl := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: db.Name + "-replication"}, Data: map[string][]byte{
+		corev1.BasicAuthUsernameKey: []byte("streaming_replica"), corev1.BasicAuthPasswordKey: []byte("r")}}
+	if err := r.Client.Create(ctx, repl); err != nil {
+		t.Fatal(err)
+	}
+	streamed := t0.Add(4*time.Minute + 1500*time.Millisecond)
+	r.Archivers = func(context.Context, string, string, *tls.Config) (agent.BinlogArchiving, error) {
+		return agent.BinlogArchiving{Enabled: true, WALStream: &agent.WALStreamStatus{RecoverableAt: streamed, LastError: "uploading WAL 0/6000000 to 0/6001000: target down"}}, nil
+	}
+	whole := engine.Archiver{Mode: "on", Archived: 5, LastArchived: "000000010000000000000005", LastArchivedAt: t0.Add(3 * time.Minute)}
+	if c, _ := step(whole); c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "streaming the segment it writes fails (uploading WAL 0/6000000") {
+		t.Errorf("a failing stream: condition %+v, want True saying the stream fails", c)
+	}
+	if got := db.Status.LastRecoverableTime; got == nil || !got.Time.Equal(streamed.Truncate(time.Second)) {
+		t.Errorf("lastRecoverableTime %v, want the stream's %s", got, streamed.Truncate(time.Second))
+	}
+
 	db.Spec.Backup.Archive.Enabled = false
 	if c, _ := step(engine.Archiver{}); c != nil {
 		t.Errorf("archiving turned off: the condition %+v stays", c)

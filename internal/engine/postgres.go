@@ -32,20 +32,13 @@ func openPostgres(ctx context.Context, ep Endpoint, creds Credentials, opts Opti
 	if err != nil {
 		return nil, err
 	}
-	cfg.Host, cfg.Port = ep.Host, uint16(ep.Port)
-	cfg.User, cfg.Password, cfg.Database = creds.User, creds.Password, "postgres"
-	cfg.ConnectTimeout = opts.ConnectTimeout
-	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
-	cfg.RuntimeParams["application_name"] = "database-operator"
+	connectTo(&cfg.Config, ep, creds, opts, "database-operator")
 	// A user's statement_timeout (spec.parameters) must not cancel the
 	// operator's own calls: a cancelled pg_promote(wait) goes on promoting.
 	// Every call is bounded by its context instead.
 	cfg.RuntimeParams["statement_timeout"] = "0"
 	cfg.RuntimeParams["lock_timeout"] = "0"
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
-	if c := opts.tlsFor(ep); c != nil {
-		cfg.TLSConfig, cfg.Fallbacks = c, nil // verified TLS or nothing
-	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", ep, err)

@@ -17,16 +17,9 @@ func OpenPostgresConn(ctx context.Context, ep Endpoint, creds Credentials, opts 
 	if err != nil {
 		return nil, err
 	}
-	cfg.Host, cfg.Port = ep.Host, uint16(ep.Port)
-	cfg.User, cfg.Password, cfg.Database = creds.User, creds.Password, "postgres"
-	cfg.ConnectTimeout = opts.ConnectTimeout
-	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
-	cfg.RuntimeParams["application_name"] = "database-operator-archiver"
+	connectTo(cfg, ep, creds, opts, "database-operator-archiver")
 	if replication {
 		cfg.RuntimeParams["replication"] = "true"
-	}
-	if c := opts.tlsFor(ep); c != nil {
-		cfg.TLSConfig, cfg.Fallbacks = c, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
 	defer cancel()
@@ -35,4 +28,17 @@ func OpenPostgresConn(ctx context.Context, ep Endpoint, creds Credentials, opts 
 		return nil, fmt.Errorf("connecting to PostgreSQL at %s (replication %v): %w", ep, replication, err)
 	}
 	return conn, nil
+}
+
+// connectTo points cfg at ep as creds, with the options' connect timeout
+// and TLS (verified TLS or nothing).
+func connectTo(cfg *pgconn.Config, ep Endpoint, creds Credentials, opts Options, application string) {
+	cfg.Host, cfg.Port = ep.Host, uint16(ep.Port)
+	cfg.User, cfg.Password, cfg.Database = creds.User, creds.Password, "postgres"
+	cfg.ConnectTimeout = opts.ConnectTimeout
+	cfg.DialFunc = dialer(opts.ConnectTimeout).DialContext
+	cfg.RuntimeParams["application_name"] = application
+	if c := opts.tlsFor(ep); c != nil {
+		cfg.TLSConfig, cfg.Fallbacks = c, nil
+	}
 }
