@@ -18,8 +18,9 @@ type ArchivePolicyApplyConfiguration struct {
 	// TimeoutSeconds closes and archives the current WAL segment (or
 	// binary log file) at most this long after a write (PostgreSQL's
 	// archive_timeout): the most a Database lost with all its volumes can
-	// lose with archiving of completed files alone (MariaDB's agent also
-	// streams the file it writes, every second). Each closed WAL
+	// lose with archiving of completed files alone (the primary's agent
+	// also streams the segment or file its server writes, every second,
+	// so about a second is lost while the stream works). Each closed WAL
 	// segment takes its full size (16 MiB) in the target; a binary log
 	// file only what it holds. Default 60.
 	TimeoutSeconds *int32 `json:"timeoutSeconds,omitempty"`
