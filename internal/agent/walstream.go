@@ -48,16 +48,16 @@ type walStreamer struct {
 	st   WALStreamStatus
 }
 
-func (s *walStreamer) status() WALStreamStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st
+func (w *walStreamer) status() WALStreamStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st
 }
 
-func (s *walStreamer) update(f func(*WALStreamStatus)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f(&s.st)
+func (w *walStreamer) update(f func(*WALStreamStatus)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(&w.st)
 }
 
 // walStreamLoop streams the WAL while this server is the primary (as
@@ -134,21 +134,11 @@ func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bo
 		return err
 	}
 	defer func() { _ = plain.Close(context.Background()) }()
-
-	segSize, err := walSegmentSize(ctx, plain)
+	s, err := w.start(ctx, repl, plain)
 	if err != nil {
 		return err
 	}
-	sys, err := pglogrepl.IdentifySystem(ctx, repl)
-	if err != nil {
-		return fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
-	}
-	start := sys.XLogPos - sys.XLogPos%pglogrepl.LSN(segSize)
-	if err := startPhysical(ctx, repl, start, sys.Timeline); err != nil {
-		return fmt.Errorf("START_REPLICATION at %s on timeline %d: %w", start, sys.Timeline, err)
-	}
-	cfg.Log.Info("streaming the WAL to the archive", "from", start.String(), "timeline", sys.Timeline)
-	s := &segmentStream{arch: w.arch, segSize: uint64(segSize), timeline: uint32(sys.Timeline), at: uint64(start), sent: uint64(start)}
+	cfg.Log.Info("streaming the WAL to the archive", "from", pglogrepl.LSN(s.at).String(), "timeline", s.timeline)
 
 	var mark clockMark // the server's clock and flush point, read each round
 	next := time.Now().Add(walStreamRound)
@@ -157,29 +147,8 @@ func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bo
 			return nil
 		}
 		if !time.Now().Before(next) {
-			// The round: upload, then read the next mark.
-			if err := s.upload(ctx, mark); err != nil {
+			if mark, err = w.round(ctx, s, mark, repl, plain); err != nil {
 				return err
-			}
-			if s.uploadedTo >= mark.flush && !mark.at.IsZero() {
-				w.update(func(st *WALStreamStatus) {
-					st.RecoverableAt, st.Segment, st.End = mark.at, s.segmentName(s.uploadedTo-1), pglogrepl.LSN(s.uploadedTo).String()
-					st.Pieces += s.pieces
-					st.LastError = ""
-				})
-				s.pieces = 0
-			}
-			if mark, err = readMark(ctx, plain); err != nil {
-				return err
-			}
-			// A reply every round keeps the session (wal_sender_timeout).
-			// Its positions stay invalid: synchronous_standby_names is
-			// 'ANY n (*)', and a walsender with a valid flush position
-			// would count as a synchronous standby, so a commit could be
-			// acknowledged with no replica holding it, and a failover then
-			// lose it.
-			if err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{}); err != nil {
-				return fmt.Errorf("replying to the server: %w", err)
 			}
 			next = time.Now().Add(walStreamRound)
 			continue
@@ -204,6 +173,54 @@ func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bo
 			return errors.New("the server ended the WAL stream")
 		}
 	}
+}
+
+// start starts the stream at the beginning of the segment the server
+// writes, on its timeline.
+func (w *walStreamer) start(ctx context.Context, repl, plain *pgconn.PgConn) (*segmentStream, error) {
+	segSize, err := walSegmentSize(ctx, plain)
+	if err != nil {
+		return nil, err
+	}
+	sys, err := pglogrepl.IdentifySystem(ctx, repl)
+	if err != nil {
+		return nil, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
+	}
+	start := sys.XLogPos - sys.XLogPos%pglogrepl.LSN(segSize)
+	if err := startPhysical(ctx, repl, start, sys.Timeline); err != nil {
+		return nil, fmt.Errorf("START_REPLICATION at %s on timeline %d: %w", start, sys.Timeline, err)
+	}
+	return &segmentStream{arch: w.arch, segSize: uint64(segSize), timeline: uint32(sys.Timeline), at: uint64(start), sent: uint64(start)}, nil
+}
+
+// round uploads what was received since the last one, moves the status's
+// recoverable time to the last mark once the pieces reach its flush point,
+// reads the next mark and replies to the server.
+func (w *walStreamer) round(ctx context.Context, s *segmentStream, mark clockMark, repl, plain *pgconn.PgConn) (clockMark, error) {
+	if err := s.upload(ctx, mark); err != nil {
+		return mark, err
+	}
+	if s.uploadedTo >= mark.flush && !mark.at.IsZero() {
+		w.update(func(st *WALStreamStatus) {
+			st.RecoverableAt, st.Segment, st.End = mark.at, s.segmentName(s.uploadedTo-1), pglogrepl.LSN(s.uploadedTo).String()
+			st.Pieces += s.pieces
+			st.LastError = ""
+		})
+		s.pieces = 0
+	}
+	next, err := readMark(ctx, plain)
+	if err != nil {
+		return mark, err
+	}
+	// A reply every round keeps the session (wal_sender_timeout). Its
+	// positions stay invalid: synchronous_standby_names is 'ANY n (*)',
+	// and a walsender with a valid flush position would count as a
+	// synchronous standby, so a commit could be acknowledged with no
+	// replica holding it, and a failover then lose it (TestWALStream).
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, repl, pglogrepl.StandbyStatusUpdate{}); err != nil {
+		return mark, fmt.Errorf("replying to the server: %w", err)
+	}
+	return next, nil
 }
 
 // startPhysical starts streaming the WAL from start without a replication

@@ -58,13 +58,13 @@ func TestOpenWaitsWhileUnreachable(t *testing.T) {
 
 	tries = 0
 	denied := errors.New("password authentication failed")
-	if err := whileUnreachable(context.Background(), 10*time.Second, func() error { tries++; return denied }); err != denied || tries != 1 {
+	if err := whileUnreachable(context.Background(), 10*time.Second, func() error { tries++; return denied }); !errors.Is(err, denied) || tries != 1 {
 		t.Errorf("a server's refusal: %v after %d tries, want it at once", err, tries)
 	}
 
 	tries = 0
 	start := time.Now()
-	if err := whileUnreachable(context.Background(), time.Second, func() error { tries++; return refused }); err != refused || tries < 2 {
+	if err := whileUnreachable(context.Background(), time.Second, func() error { tries++; return refused }); !errors.Is(err, refused) || tries < 2 {
 		t.Errorf("never reachable: %v after %d tries, want the network's error after a few", err, tries)
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
@@ -74,7 +74,7 @@ func TestOpenWaitsWhileUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	tries = 0
-	if err := whileUnreachable(ctx, time.Minute, func() error { tries++; return refused }); err != refused || tries != 1 {
+	if err := whileUnreachable(ctx, time.Minute, func() error { tries++; return refused }); !errors.Is(err, refused) || tries != 1 {
 		t.Errorf("cancelled: %v after %d tries, want one", err, tries)
 	}
 }

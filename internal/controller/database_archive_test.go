@@ -184,7 +184,7 @@ func TestContinuousArchivingCondition(t *testing.T) {
 	// (nothing is lost: whole segments still go).
 	repl := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: db.Name + "-replication"}, Data: map[string][]byte{
 		corev1.BasicAuthUsernameKey: []byte("streaming_replica"), corev1.BasicAuthPasswordKey: []byte("r")}}
-	if err := r.Client.Create(ctx, repl); err != nil {
+	if err := r.Create(ctx, repl); err != nil {
 		t.Fatal(err)
 	}
 	streamed := t0.Add(4*time.Minute + 1500*time.Millisecond)
