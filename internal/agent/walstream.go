@@ -128,7 +128,7 @@ func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bo
 		return err
 	}
 	defer func() { _ = repl.Close(context.Background()) }()
-	// A plain session beside it reads the server's clock and flush point.
+	// A plain session beside it reads the server's clock and insert point.
 	plain, err := engine.OpenPostgresConn(ctx, cfg.Server, cfg.Superuser, opts, false)
 	if err != nil {
 		return err
@@ -140,7 +140,7 @@ func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bo
 	}
 	cfg.Log.Info("streaming the WAL to the archive", "from", pglogrepl.LSN(s.at).String(), "timeline", s.timeline)
 
-	var mark clockMark // the server's clock and flush point, read each round
+	var mark clockMark // the server's clock and insert point, read each round
 	next := time.Now().Add(walStreamRound)
 	for {
 		if !primary() {
@@ -167,6 +167,9 @@ func (w *walStreamer) session(ctx context.Context, cfg Config, primary func() bo
 			if err := s.take(m.Data); err != nil {
 				return err
 			}
+			if s.buf.Len() >= uploadAt {
+				next = time.Now() // a burst of writes: upload now
+			}
 		case *pgproto3.ErrorResponse:
 			return pgconn.ErrorResponseToPgError(m)
 		case *pgproto3.CopyDone:
@@ -182,32 +185,40 @@ func (w *walStreamer) start(ctx context.Context, repl, plain *pgconn.PgConn) (*s
 	if err != nil {
 		return nil, err
 	}
-	sys, err := pglogrepl.IdentifySystem(ctx, repl)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sys, err := pglogrepl.IdentifySystem(sctx, repl)
 	if err != nil {
 		return nil, fmt.Errorf("IDENTIFY_SYSTEM: %w", err)
 	}
 	start := sys.XLogPos - sys.XLogPos%pglogrepl.LSN(segSize)
-	if err := startPhysical(ctx, repl, start, sys.Timeline); err != nil {
+	if err := startPhysical(sctx, repl, start, sys.Timeline); err != nil {
 		return nil, fmt.Errorf("START_REPLICATION at %s on timeline %d: %w", start, sys.Timeline, err)
 	}
-	return &segmentStream{arch: w.arch, segSize: uint64(segSize), timeline: uint32(sys.Timeline), at: uint64(start), sent: uint64(start)}, nil
+	s := &segmentStream{arch: w.arch, segSize: uint64(segSize), timeline: uint32(sys.Timeline), at: uint64(start), sent: uint64(start), uploadedTo: uint64(start)}
+	return s, nil
 }
 
 // round uploads what was received since the last one, moves the status's
-// recoverable time to the last mark once the pieces reach its flush point,
+// recoverable time to the last mark once the pieces reach its point,
 // reads the next mark and replies to the server.
 func (w *walStreamer) round(ctx context.Context, s *segmentStream, mark clockMark, repl, plain *pgconn.PgConn) (clockMark, error) {
 	if err := s.upload(ctx, mark); err != nil {
 		return mark, err
 	}
-	if s.uploadedTo >= mark.flush && !mark.at.IsZero() {
-		w.update(func(st *WALStreamStatus) {
-			st.RecoverableAt, st.Segment, st.End = mark.at, s.segmentName(s.uploadedTo-1), pglogrepl.LSN(s.uploadedTo).String()
-			st.Pieces += s.pieces
-			st.LastError = ""
-		})
-		s.pieces = 0
-	}
+	// The status says what the archive says (the last piece's info): a
+	// recovery's window check reads that.
+	w.update(func(st *WALStreamStatus) {
+		if !s.recoverable.IsZero() {
+			st.RecoverableAt = s.recoverable
+		}
+		if s.uploadedTo > 0 {
+			st.Segment, st.End = s.segmentName(s.uploadedTo-1), pglogrepl.LSN(s.uploadedTo).String()
+		}
+		st.Pieces += s.pieces
+		st.LastError = ""
+	})
+	s.pieces = 0
 	next, err := readMark(ctx, plain)
 	if err != nil {
 		return mark, err
@@ -249,19 +260,21 @@ func startPhysical(ctx context.Context, conn *pgconn.PgConn, start pglogrepl.LSN
 	}
 }
 
-// clockMark is the server's clock, then its flush point: every transaction
-// acknowledged before at has its commit record before flush.
+// clockMark is the server's clock, then its insert point: every
+// transaction acknowledged before at has its commit record before lsn
+// (the insert point, not the flush point: with synchronous_commit off a
+// commit is acknowledged before its record is flushed).
 type clockMark struct {
-	at    time.Time
-	flush uint64
+	at  time.Time
+	lsn uint64
 }
 
 func readMark(ctx context.Context, conn *pgconn.PgConn) (clockMark, error) {
-	// clock_timestamp() is read before the flush point: the select list
+	// clock_timestamp() is read before the insert point: the select list
 	// is evaluated in order.
-	rows, err := simpleQuery(ctx, conn, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), pg_current_wal_flush_lsn()`)
+	rows, err := simpleQuery(ctx, conn, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), pg_current_wal_insert_lsn()`)
 	if err != nil {
-		return clockMark{}, fmt.Errorf("reading the server's clock and flush point: %w", err)
+		return clockMark{}, fmt.Errorf("reading the server's clock and insert point: %w", err)
 	}
 	at, err := time.Parse(time.RFC3339Nano, rows[0])
 	if err != nil {
@@ -271,7 +284,7 @@ func readMark(ctx context.Context, conn *pgconn.PgConn) (clockMark, error) {
 	if err != nil {
 		return clockMark{}, err
 	}
-	return clockMark{at: at, flush: uint64(lsn)}, nil
+	return clockMark{at: at, lsn: uint64(lsn)}, nil
 }
 
 // walSegmentSize is the server's wal_segment_size in bytes.
@@ -316,6 +329,8 @@ type segmentStream struct {
 	buf        bytes.Buffer
 	uploadedTo uint64
 	pieces     int64
+	// recoverable is the RecoverableAt of the last piece's info.
+	recoverable time.Time
 }
 
 // take adds a CopyData message of the stream: WAL (XLogData) or a
@@ -334,15 +349,19 @@ func (s *segmentStream) take(data []byte) error {
 	if s.buf.Len()+len(x.WALData) > maxUnsent {
 		// The target has been failing for a while: start again later from
 		// the segment then written (archive_command keeps whole segments).
-		return fmt.Errorf("%d MiB of WAL received and not uploaded: the archive does not take it", maxUnsent>>20)
+		return fmt.Errorf("%d MiB of WAL received and not uploaded yet: the archive takes it slower than the server writes it", maxUnsent>>20)
 	}
 	s.buf.Write(x.WALData)
 	s.at += uint64(len(x.WALData))
 	return nil
 }
 
-// maxUnsent bounds the WAL the streamer holds in memory for the archive.
-const maxUnsent = 64 << 20
+// maxUnsent bounds the WAL the streamer holds in memory for the archive;
+// a round starts early once it holds uploadAt.
+const (
+	maxUnsent = 64 << 20
+	uploadAt  = 8 << 20
+)
 
 // walPage is the size of a WAL page (XLOG_BLCKSZ).
 const walPage = 8192
@@ -354,7 +373,8 @@ func (s *segmentStream) segmentName(lsn uint64) string {
 }
 
 // upload sends what was received since the last round, one piece per
-// segment it touches. A failed upload keeps the WAL for the next round.
+// segment it touches. A failed upload ends the session (the next one
+// starts again from the segment then written).
 func (s *segmentStream) upload(ctx context.Context, mark clockMark) error {
 	for s.sent < s.at {
 		segStart := s.sent - s.sent%s.segSize
@@ -368,10 +388,13 @@ func (s *segmentStream) upload(ctx context.Context, mark clockMark) error {
 			keep = trimZeroPages(s.buf.Bytes()[:n], s.sent)
 		}
 		if keep > 0 {
-			info := wal.StreamInfo{Size: int64(s.sent + keep - segStart), SegmentSize: int64(s.segSize), End: pglogrepl.LSN(s.sent + keep).String()}
-			if end >= mark.flush {
-				info.RecoverableAt = mark.at
+			// The mark's moment once the pieces reach its point; until
+			// then the last one's (never back to none).
+			recoverable := s.recoverable
+			if end >= mark.lsn && !mark.at.IsZero() {
+				recoverable = mark.at
 			}
+			info := wal.StreamInfo{Size: int64(s.sent + keep - segStart), SegmentSize: int64(s.segSize), End: pglogrepl.LSN(s.sent + keep).String(), RecoverableAt: recoverable}
 			uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err := s.arch.PushPiece(uctx, s.segmentName(s.sent), bytes.NewReader(s.buf.Bytes()[:keep]), int64(s.sent-segStart), int64(s.sent+keep-segStart), info)
 			cancel()
@@ -379,6 +402,7 @@ func (s *segmentStream) upload(ctx context.Context, mark clockMark) error {
 				return fmt.Errorf("uploading WAL %s to %s: %w", pglogrepl.LSN(s.sent), pglogrepl.LSN(s.sent+keep), err)
 			}
 			s.pieces++
+			s.recoverable = recoverable
 		}
 		s.buf.Next(int(n))
 		s.sent, s.uploadedTo = end, end

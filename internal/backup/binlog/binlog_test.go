@@ -623,7 +623,7 @@ func TestStream(t *testing.T) {
 	// A piece lost, a piece damaged: the fetch fails, as corrupt.
 	keep, _ := os.ReadFile(pieces[1])
 	_ = os.Remove(pieces[1])
-	if err := fetch(f); !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "no streamed piece begins") {
+	if err := fetch(f); !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "no streamed piece holds byte") {
 		t.Errorf("a lost piece: %v", err)
 	}
 	bad := append([]byte(nil), keep...)

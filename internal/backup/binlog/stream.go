@@ -20,7 +20,7 @@ import (
 
 // PushPart archives bytes [from, to) of name, the file source's server
 // writes, read from r; info is what the file holds up to to.
-func (a Archive) PushPart(ctx context.Context, source, name string, r io.Reader, from, to int64, info Info) error {
+func (a Archive) PushPart(ctx context.Context, source, name string, r io.ReadSeeker, from, to int64, info Info) error {
 	arch, err := a.source(source)
 	if err != nil {
 		return err

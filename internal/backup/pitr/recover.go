@@ -512,6 +512,20 @@ func readArchiveEnd(ctx context.Context, o Options) (*archiveEnd, error) {
 		}
 		end.latest = max(end.latest, e.Name[:8])
 	}
+	// The latest timeline's segment its primary was writing, streamed:
+	// the replay must reach into it too, or it stopped short of what the
+	// stream protects (wal-fetch serves it; a failed fetch of it would end
+	// the recovery quietly before it).
+	keys, err := o.Store.List(ctx, o.Archive)
+	if err != nil {
+		return nil, fail(backup.ReasonTargetFailed, "listing the WAL archive %s: %w", o.Store.Location(o.Archive), err)
+	}
+	for _, name := range a.Streamed(keys) {
+		if len(name) == 24 && (name[:8] == end.latest || end.latest == "") {
+			end.segments = append(end.segments, name)
+			end.latest = name[:8]
+		}
+	}
 	if history := end.latest + ".history"; histories[history] {
 		file := filepath.Join(o.Scratch, history)
 		if _, err := a.Fetch(ctx, history, file); err != nil {

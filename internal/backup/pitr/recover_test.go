@@ -1,9 +1,14 @@
 package pitr
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"example.com/database-operator/internal/backup/storage"
+	"example.com/database-operator/internal/backup/wal"
 )
 
 func TestSegmentStart(t *testing.T) {
@@ -63,5 +68,37 @@ func TestArchiveEndFollowsTheLatestLine(t *testing.T) {
 		if got, err := c.a.last(16 << 20); err != nil || got != c.want {
 			t.Errorf("%s: %q (%v), want %q", name, got, err, c.want)
 		}
+	}
+}
+
+// TestArchiveEndReachesTheStream: a recovery to the end must reach into
+// the segment the latest timeline's primary was streaming, past the last
+// segment archived whole; an older timeline's streamed segment does not
+// count (wal-fetch never serves it).
+func TestArchiveEndReachesTheStream(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	o := Options{Store: storage.NewDir(root), Archive: "shop/orders/_wal/uid", Scratch: t.TempDir()}
+	a := wal.Archive{Store: o.Store, Prefix: o.Archive}
+	seg := filepath.Join(t.TempDir(), "000000010000000000000003")
+	if err := os.WriteFile(seg, []byte("whole"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Push(ctx, seg); err != nil {
+		t.Fatal(err)
+	}
+	piece := func(name string) {
+		t.Helper()
+		if err := a.PushPiece(ctx, name, bytes.NewReader([]byte("wal")), 0, 3, wal.StreamInfo{Size: 3, SegmentSize: 16 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	piece("000000010000000000000004")
+	end, err := readArchiveEnd(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, err := end.last(16 << 20); err != nil || last != "000000010000000000000004" {
+		t.Fatalf("the end %q (%v), want the streamed 000000010000000000000004", last, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"example.com/database-operator/internal/backup/storage"
 )
@@ -26,7 +27,9 @@ func PushCommand(ctx context.Context, args []string, log io.Writer) error {
 	fmt.Fprintf(log, "wal-push: archived %s (%d bytes, sha256 %s)\n", e.Name, e.Size, e.SHA256)
 	// What the primary's agent streamed of it is not needed any more. A
 	// failure leaves pieces for retention to delete: the file is archived.
-	if err := a.DeletePieces(ctx, e.Name); err != nil {
+	// A .partial (the old timeline's last segment, archived by a promoted
+	// standby) ends what its old primary streamed of that segment too.
+	if err := a.DeletePieces(ctx, strings.TrimSuffix(e.Name, ".partial")); err != nil {
 		fmt.Fprintf(log, "wal-push: deleting what was streamed of %s: %v\n", e.Name, err)
 	}
 	return nil

@@ -38,31 +38,46 @@ func pieceName(from, to int64, sum string) string {
 
 // PushPiece archives bytes [from, to) of name, read from r, then info (what
 // the file holds up to to). The piece goes first: a reader never takes
-// pieces for more than they hold.
-func (a Archive) PushPiece(ctx context.Context, name string, r io.Reader, from, to int64, info any) error {
+// pieces for more than they hold. r is read twice (the checksum is part of
+// the piece's name), never held in memory: a MariaDB agent's first piece
+// after a restart can be a whole binary log file.
+func (a Archive) PushPiece(ctx context.Context, name string, r io.ReadSeeker, from, to int64, info any) error {
 	if !a.valid(name) || from < 0 || from >= to {
 		return fmt.Errorf("streaming %q: bytes %d to %d", name, from, to)
 	}
-	// Read first: the checksum is part of the piece's name.
-	var buf bytes.Buffer
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(&buf, h), io.LimitReader(r, to-from))
+	sum, n, err := checksum(io.LimitReader(r, to-from))
 	if err != nil {
 		return fmt.Errorf("streaming %s: %w", name, err)
 	}
 	if n != to-from {
 		return fmt.Errorf("streaming %s: read %d bytes of %d", name, n, to-from)
 	}
-	dir := a.pieceDir(name)
-	if _, err := a.Store.Put(ctx, path.Join(dir, pieceName(from, to, hex.EncodeToString(h.Sum(nil)))), &buf); err != nil {
+	if _, err := r.Seek(0, io.SeekStart); err != nil {
 		return err
+	}
+	h := sha256.New()
+	key := path.Join(a.pieceDir(name), pieceName(from, to, sum))
+	if _, err := a.Store.Put(ctx, key, io.TeeReader(io.LimitReader(r, to-from), h)); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		// What was read changed between the two reads: the piece is not
+		// what its name says. Gone before any info counts it.
+		_ = a.Store.Delete(ctx, key)
+		return fmt.Errorf("streaming %s: bytes %d to %d changed while they were read", name, from, to)
 	}
 	b, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}
-	_, err = a.Store.Put(ctx, path.Join(dir, pieceInfo), bytes.NewReader(b))
+	_, err = a.Store.Put(ctx, path.Join(a.pieceDir(name), pieceInfo), bytes.NewReader(b))
 	return err
+}
+
+func checksum(r io.Reader) (string, int64, error) {
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	return hex.EncodeToString(h.Sum(nil)), n, err
 }
 
 // PieceInfo reads into info what was streamed of name so far; false when
@@ -119,53 +134,64 @@ func (a Archive) Streamed(keys []string) []string {
 
 // FetchPieces writes bytes [0, size) of the streamed file name to w, from
 // its pieces, each verified against its checksum. It stops at the first
-// piece missing or corrupt, with an error wrapping ErrCorrupt, and
-// returns how many bytes it wrote: all good ones before that point.
+// piece missing or corrupt, with an error wrapping ErrCorrupt (w then
+// holds the bad piece's bytes too: the caller drops it), and returns how
+// many bytes of verified pieces it wrote.
 func (a Archive) FetchPieces(ctx context.Context, name string, size int64, w io.Writer) (int64, error) {
 	dir := a.pieceDir(name)
 	keys, err := a.Store.List(ctx, dir+"/")
 	if err != nil {
 		return 0, err
 	}
-	// The pieces by where they begin; of two beginning at the same byte
-	// (an archiver restarted mid-file sends its file again from there)
-	// the longer.
 	type piece struct {
-		to  int64
-		key string
-		sum string
+		from, to int64
+		key, sum string
 	}
-	pieces := map[int64]piece{}
+	var pieces []piece
 	for _, k := range keys {
-		from, to, sum, ok := parsePiece(path.Base(k))
-		if ok && to > pieces[from].to {
-			pieces[from] = piece{to, k, sum}
+		if from, to, sum, ok := parsePiece(path.Base(k)); ok {
+			pieces = append(pieces, piece{from, to, k, sum})
 		}
 	}
 	var at int64
 	for at < size {
-		p, ok := pieces[at]
-		if !ok {
-			return at, fmt.Errorf("%w: %s: no streamed piece begins at byte %d of %d", ErrCorrupt, a.Store.Location(dir), at, size)
+		// The piece that covers byte at and reaches furthest: a streamer
+		// that started again sends the file again from an earlier byte,
+		// cut elsewhere, and the same bytes of a file never differ.
+		var p piece
+		for _, c := range pieces {
+			if c.from <= at && at < c.to && c.to > p.to {
+				p = c
+			}
+		}
+		if p.key == "" {
+			return at, fmt.Errorf("%w: %s: no streamed piece holds byte %d of %d", ErrCorrupt, a.Store.Location(dir), at, size)
 		}
 		rc, err := a.Store.Get(ctx, p.key)
 		if err != nil {
 			return at, err
 		}
-		var buf bytes.Buffer
+		// The piece's bytes from at go to w as they are read, the whole
+		// piece to the checksum; a mismatch fails the fetch (its caller
+		// drops what was written).
 		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(&buf, h), io.LimitReader(rc, p.to-at+1))
+		take := min(p.to, size) - at
+		skipped, err := io.CopyN(h, rc, at-p.from)
+		var wrote, rest int64
+		if err == nil {
+			wrote, err = io.CopyN(io.MultiWriter(w, h), rc, take)
+		}
+		if err == nil {
+			rest, err = io.Copy(h, io.LimitReader(rc, p.to-p.from-skipped-wrote+1))
+		}
 		_ = rc.Close()
-		if err != nil {
+		n := skipped + wrote + rest
+		if err != nil && !errors.Is(err, io.EOF) {
 			return at, err
 		}
-		if got := hex.EncodeToString(h.Sum(nil)); n != p.to-at || (p.sum != "" && got != p.sum) {
+		if got := hex.EncodeToString(h.Sum(nil)); n != p.to-p.from || (p.sum != "" && got != p.sum) {
 			return at, fmt.Errorf("%w: %s: %d bytes with sha256 %s, streamed as %d bytes with sha256 %s",
-				ErrCorrupt, a.Store.Location(p.key), n, got, p.to-at, p.sum)
-		}
-		take := min(p.to, size) - at // a longer last piece: only what the info counts
-		if _, err := w.Write(buf.Bytes()[:take]); err != nil {
-			return at, err
+				ErrCorrupt, a.Store.Location(p.key), n, got, p.to-p.from, p.sum)
 		}
 		at += take
 	}

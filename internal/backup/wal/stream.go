@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -71,6 +72,12 @@ func (a Archive) fetchAny(ctx context.Context, name, dest string) (string, error
 		}
 		return fmt.Sprintf("restored %s (%d bytes, sha256 verified)", e.Name, e.Size), nil
 	}
+	if ended, herr := a.timelineEnded(ctx, name); herr != nil || ended {
+		// A later timeline branched off this one: what this timeline's
+		// primary streamed may run past the switch, where the Database's
+		// history went on elsewhere. Only whole files of it are served.
+		return "", errors.Join(err, herr)
+	}
 	info, serr := a.FetchStreamed(ctx, name, dest)
 	if errors.Is(serr, ErrNotArchived) {
 		return "", err
@@ -100,4 +107,22 @@ func (a Archive) StreamedUntil(ctx context.Context) (time.Time, error) {
 		}
 	}
 	return last, nil
+}
+
+// timelineEnded says whether the archive holds the history file of a
+// timeline after the one segment name is on.
+func (a Archive) timelineEnded(ctx context.Context, name string) (bool, error) {
+	if len(name) < 8 || SegmentNumber(name) == "" {
+		return false, nil
+	}
+	entries, err := a.List(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if tli, ok := strings.CutSuffix(e.Name, ".history"); ok && tli > name[:8] {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -60,9 +60,38 @@ func TestStreamedSegment(t *testing.T) {
 		t.Fatalf("a damaged piece left %s: %v", dest, err)
 	}
 	os.Remove(pieces[0])
-	if _, err := a.fetchAny(ctx, segment, dest); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "no streamed piece begins at byte 1000") {
+	if _, err := a.fetchAny(ctx, segment, dest); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "no streamed piece holds byte 1000") {
 		t.Fatalf("a missing piece: %v, want corrupt", err)
 	}
+
+	// A streamer that started again sent the segment again from its first
+	// byte, cut elsewhere: the pieces still make the segment.
+	push(0, 1200)
+	push(1200, 1600)
+	if _, err := a.fetchAny(ctx, segment, dest); err != nil {
+		t.Fatalf("pieces cut elsewhere by a restarted streamer: %v", err)
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, want) {
+		t.Fatal("pieces cut elsewhere by a restarted streamer: not the segment")
+	}
+
+	// A later timeline's history in the archive: this timeline ended, and
+	// what its primary streamed past the switch was never the Database's
+	// (PostgreSQL archives that segment as .partial, never under its name).
+	if err := PushCommand(ctx, []string{"--dir=" + root, "--prefix=shop/orders/wal", writeFile(t, t.TempDir(), "00000002.history", []byte("1\t0/3000500\tno recovery target specified\n"))}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.fetchAny(ctx, segment, dest); !errors.Is(err, ErrNotArchived) {
+		t.Fatalf("timeline 1 ended (00000002.history): its streamed segment was served (%v)", err)
+	}
+	// Its .partial, archived by the new primary, takes its pieces with it.
+	if err := PushCommand(ctx, []string{"--dir=" + root, "--prefix=shop/orders/wal", writeFile(t, t.TempDir(), segment+".partial", data)}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, "shop/orders/wal", segment+PieceSuffix, "*")); len(left) != 0 {
+		t.Fatalf("%s.partial archived, the pieces of %s are left: %v", segment, segment, left)
+	}
+	push(0, 1600) // (a streamer of timeline 1 still at it: only whole files of it are served)
 
 	// Archived whole: the whole one, and the pieces go.
 	whole := bytes.Repeat([]byte("w"), segSize)
