@@ -315,10 +315,10 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 	waitRunning(t, p.db, 2, 3*time.Minute)
 	p.reconnect()
 	w = p.startWriter()
-	target := p.moment()
+	target, atT := p.momentIn()
 	p.exec("DROP TABLE doomed")
 	writes := append(early, w.Stop()...)
-	last := p.switchArchived()
+	p.switchArchived()
 	straddles(t, writes, target)
 	var timeline int64
 	if err := p.c.QueryRow(ctx, "SELECT timeline_id FROM pg_control_checkpoint()").Scan(&timeline); err != nil || timeline < 2 {
@@ -330,7 +330,9 @@ func TestPointInTimeRecoveryAcrossTimelines(t *testing.T) {
 	waitCondition(t, restored, dbv1.ConditionRestored, metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded)
 	recoveredTo(t, restored, writes, target)
 
-	// A corrupt segment: the recovery is refused, nothing starts.
+	// A corrupt segment, the one T lies in (an archive timeout may close
+	// it before the last switch): the recovery is refused, nothing starts.
+	last := atT
 	seg := filepath.Join(claimDir(t, p.db.Namespace, p.db.Name+"-backups"), wal.Prefix(p.db.Namespace, p.db.Name, string(p.db.UID)), last)
 	b, err := os.ReadFile(seg)
 	if err != nil {
@@ -455,6 +457,18 @@ func (p *pitrSource) moment() time.Time {
 	}
 	time.Sleep(1500 * time.Millisecond)
 	return target
+}
+
+// momentIn is moment, with the WAL segment the server wrote at T.
+func (p *pitrSource) momentIn() (time.Time, string) {
+	time.Sleep(1500 * time.Millisecond)
+	var target time.Time
+	var seg string
+	if err := p.c.QueryRow(context.Background(), "SELECT clock_timestamp(), pg_walfile_name(pg_current_wal_insert_lsn())").Scan(&target, &seg); err != nil {
+		p.t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	return target, seg
 }
 
 // recoverTo creates a Database recovered from Backup backup to target.
