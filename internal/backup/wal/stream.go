@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"time"
 )
@@ -110,17 +111,19 @@ func (a Archive) StreamedUntil(ctx context.Context) (time.Time, error) {
 }
 
 // timelineEnded says whether the archive holds the history file of a
-// timeline after the one segment name is on.
+// timeline after the one segment name is on. One listing, no entry read:
+// an entry's key is enough to know the file was archived.
 func (a Archive) timelineEnded(ctx context.Context, name string) (bool, error) {
 	if len(name) < 8 || SegmentNumber(name) == "" {
 		return false, nil
 	}
-	entries, err := a.List(ctx)
+	keys, err := a.Store.List(ctx, a.Prefix)
 	if err != nil {
 		return false, err
 	}
-	for _, e := range entries {
-		if tli, ok := strings.CutSuffix(e.Name, ".history"); ok && tli > name[:8] {
+	for _, k := range keys {
+		file, isEntry := strings.CutSuffix(path.Base(k), entrySuffix)
+		if tli, ok := strings.CutSuffix(file, ".history"); isEntry && ok && path.Dir(k) == path.Clean(a.Prefix) && tli > name[:8] {
 			return true, nil
 		}
 	}

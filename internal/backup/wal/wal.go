@@ -310,12 +310,11 @@ func checksumFile(file string) (string, int64, error) {
 		return "", 0, err
 	}
 	defer func() { _ = f.Close() }()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	sum, n, err := checksum(f)
 	if err != nil {
 		return "", 0, fmt.Errorf("reading %s: %w", file, err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return sum, n, nil
 }
 
 // Prefix is where a Database's WAL archive lives in its backup target:
