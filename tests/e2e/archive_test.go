@@ -412,7 +412,7 @@ func (p *pitrSource) exec(sql string) {
 
 // switchArchived closes the current WAL segment and waits until the
 // primary reports it (or a later one) archived.
-func (p *pitrSource) switchArchived() string {
+func (p *pitrSource) switchArchived() {
 	t := p.t
 	t.Helper()
 	var seg string
@@ -431,7 +431,6 @@ func (p *pitrSource) switchArchived() string {
 		}
 		return "no ContinuousArchiving condition"
 	})
-	return seg
 }
 
 // backup takes a Backup (physical by default: the Database archives) and
