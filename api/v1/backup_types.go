@@ -322,10 +322,12 @@ type BackupSpec struct {
 	Target *BackupTarget `json:"target,omitempty"`
 
 	// Method is how the backup is taken: Logical (dumps, loaded into a
-	// running server) or Physical (a copy of the data directory with
-	// pg_basebackup: PostgreSQL only; with the WAL archive it restores to
-	// any moment since). Default: Physical for a PostgreSQL Database that
-	// archives its WAL (spec.backup.archive), else Logical.
+	// running server) or Physical (a copy of the data files, recovered
+	// before the new Database's pods start: pg_basebackup for PostgreSQL,
+	// mariadb-backup run by the instance's agent for MariaDB; not MySQL;
+	// with the archive it restores to any moment since). Default:
+	// Physical for a PostgreSQL or MariaDB Database that archives
+	// (spec.backup.archive), else Logical.
 	// +optional
 	Method BackupMethod `json:"method,omitempty"`
 
@@ -356,7 +358,7 @@ type BackupMethod string
 const (
 	// BackupLogical dumps the databases (pg_dump, mariadb-dump).
 	BackupLogical BackupMethod = "Logical"
-	// BackupPhysical copies the data directory (pg_basebackup).
+	// BackupPhysical copies the data files (pg_basebackup, mariadb-backup).
 	BackupPhysical BackupMethod = "Physical"
 )
 

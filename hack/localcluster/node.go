@@ -40,7 +40,7 @@ func realPods(nodes string) (bool, string) {
 	_, pgErr := os.Stat(filepath.Join(processnode.PostgresBin, "postgres"))
 	_, mariaErr := os.Stat(processnode.MariaDBServer)
 	if pgErr != nil && mariaErr != nil {
-		return false, "Real pods need the database servers: apt-get install postgresql-15 mariadb-server mariadb-client (their services may stay stopped)."
+		return false, "Real pods need the database servers: apt-get install postgresql-15 mariadb-server mariadb-client mariadb-backup (their services may stay stopped)."
 	}
 	return true, ""
 }

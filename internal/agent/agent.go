@@ -164,6 +164,9 @@ type Config struct {
 	// WALStream, when set, is where the primary streams the WAL segment
 	// its server writes (PostgreSQL with spec.backup.archive).
 	WALStream *wal.Archive
+	// BaseBackupCommand, when set, replaces mariadb-backup for GET
+	// /v1/basebackup (unit tests); tmp is its scratch directory.
+	BaseBackupCommand func(ctx context.Context, tmp string) *exec.Cmd
 }
 
 // Agent is one running agent.

@@ -74,6 +74,7 @@ func (a *Agent) peerHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /v1/status", a.serveStatus)
 	mux.HandleFunc("GET /v1/archiver", a.serveArchiver)
+	mux.HandleFunc("GET /v1/basebackup", a.serveBaseBackup)
 	mux.HandleFunc("POST /v1/promoting", func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)

@@ -85,6 +85,9 @@ const (
 	KindUsers = "users"
 	// KindBaseBackup is a PostgreSQL data directory (pg_basebackup, tar).
 	KindBaseBackup = "basebackup"
+	// KindMariaDBBackup is a MariaDB server's data files as mariadb-backup
+	// streams them (mbstream), not prepared yet.
+	KindMariaDBBackup = "mariadb-backup"
 )
 
 // Backup methods.

@@ -146,20 +146,22 @@ func recordMethod(st *dbv1.BackupStatus, b *dbv1.Backup, db *dbv1.Database) {
 	}
 	st.Method = backupMethod(b, db)
 	// PostgreSQL replays its WAL archive from a base backup, MariaDB its
-	// binary log archive from a dump (which records its GTID position).
-	if a := archiveOf(db); b.Spec.Target == nil && archives(db) && st.Method == a.method {
+	// binary log archive from a dump or a base backup (each records its
+	// GTID position).
+	if a := archiveOf(db); b.Spec.Target == nil && archives(db) && a.extends(st.Method) {
 		st.ArchivePath = a.path
 	}
 }
 
 // backupMethod is how b is taken: its spec.method, else Physical for a
-// PostgreSQL Database that archives its WAL (a base backup the archive
-// extends to any later moment), else Logical.
+// PostgreSQL or MariaDB Database that archives (a copy of the data files
+// the archive extends to any later moment: restored without loading a
+// dump), else Logical. MySQL has no physical backup here.
 func backupMethod(b *dbv1.Backup, db *dbv1.Database) dbv1.BackupMethod {
 	switch {
 	case b.Spec.Method != "":
 		return b.Spec.Method
-	case db.Spec.Engine == dbv1.EnginePostgreSQL && db.Spec.Backup.Archiving():
+	case db.Spec.Engine != dbv1.EngineMySQL && db.Spec.Backup.Archiving():
 		return dbv1.BackupPhysical
 	}
 	return dbv1.BackupLogical
@@ -181,8 +183,8 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 	// Known before the Job, and never changed after: a recovery from this
 	// Backup decides from it how it runs.
 	recordMethod(st, b, db)
-	if st.Method == dbv1.BackupPhysical && db.Spec.Engine != dbv1.EnginePostgreSQL {
-		r.finish(st, dbv1.BackupFailed, dbv1.ReasonMethodUnsupported, fmt.Sprintf("a physical backup copies a PostgreSQL data directory (pg_basebackup); for %s only Logical is built so far", db.Spec.Engine))
+	if st.Method == dbv1.BackupPhysical && db.Spec.Engine == dbv1.EngineMySQL {
+		r.finish(st, dbv1.BackupFailed, dbv1.ReasonMethodUnsupported, "a physical backup of MySQL needs xtrabackup or the clone plugin, which this operator does not run yet: use method Logical")
 		return ctrl.Result{}, nil
 	}
 	if !restoreDone(db) {
@@ -223,8 +225,15 @@ func (r *BackupReconciler) start(ctx context.Context, b *dbv1.Backup, db *dbv1.D
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
 	}
 	args := backupArgs(b, db, pod.Name, st)
-	job, err := buildJob(jobRequest{name: b.Name, component: componentBackup, db: db, instance: pod, target: target,
-		args: args, deadline: deadline(b, db), labels: map[string]string{labelBackup: b.Name}}, r.OperatorImage)
+	req := jobRequest{name: b.Name, component: componentBackup, db: db, instance: pod, target: target,
+		args: args, deadline: deadline(b, db), labels: map[string]string{labelBackup: b.Name}}
+	if st.Method == dbv1.BackupPhysical && db.Spec.Engine == dbv1.EngineMariaDB {
+		// The instance's agent copies its data files (mariadb-backup):
+		// the Job presents the peer channel's token, derived from the
+		// replication password.
+		req.env = []corev1.EnvVar{secretEnv(backup.EnvReplicationPassword, replicationSecretName(db), corev1.BasicAuthPasswordKey)}
+	}
+	job, err := buildJob(req, r.OperatorImage)
 	if err != nil {
 		r.finish(st, dbv1.BackupFailed, dbv1.ReasonJobFailed, err.Error())
 		return ctrl.Result{}, nil

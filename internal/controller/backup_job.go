@@ -111,6 +111,7 @@ type jobRequest struct {
 	instance  *corev1.Pod // the pod whose server the Job talks to (and whose image it runs)
 	target    dbv1.BackupTarget
 	args      []string // the subcommand's own arguments
+	env       []corev1.EnvVar
 	deadline  int64
 	labels    map[string]string
 }
@@ -140,7 +141,7 @@ func buildJob(req jobRequest, operatorImage string) (*batchv1.Job, error) {
 	for k, v := range req.labels {
 		labels[k] = v
 	}
-	env := append([]corev1.EnvVar{secretEnv(backup.EnvPassword, credentialsSecretName(db), corev1.BasicAuthPasswordKey)}, tp.env...)
+	env := append(append([]corev1.EnvVar{secretEnv(backup.EnvPassword, credentialsSecretName(db), corev1.BasicAuthPasswordKey)}, req.env...), tp.env...)
 	// The root filesystem is read-only: the client tools get /tmp.
 	mounts := append([]corev1.VolumeMount{{Name: "bin", MountPath: jobBinDir, ReadOnly: true}, {Name: "tmp", MountPath: "/tmp"}}, tp.mounts...)
 	volumes := append([]corev1.Volume{

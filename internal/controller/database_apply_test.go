@@ -321,8 +321,9 @@ func TestNetworkPolicy(t *testing.T) {
 	instances := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(newDB(dbv1.EnginePostgreSQL))}}
 	want := map[string][]networkingv1.NetworkPolicyPeer{
 		"postgresql": {{PodSelector: &metav1.LabelSelector{}}, operator},
-		"agent":      {instances, operator},
-		"metrics":    nil, // whoever scrapes them
+		// A MariaDB physical backup's Job asks the agent for the copy.
+		"agent":   {instances, {PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labelName: JobAppName, labelDatabase: "orders"}}}, operator},
+		"metrics": nil, // whoever scrapes them
 	}
 	if len(np.Spec.Ingress) != len(want) {
 		t.Fatalf("%d ingress rules, want %d", len(np.Spec.Ingress), len(want))

@@ -258,7 +258,7 @@ func TestRecoverabilityWindow(t *testing.T) {
 	archiving := newDB(dbv1.EnginePostgreSQL, func(db *dbv1.Database) {
 		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
 	})
-	obs := &observed{firstRecoverable: firstRecoverable(backups, recordedArchive{"ns/db/_wal/u", dbv1.BackupPhysical}), backupsObserved: true,
+	obs := &observed{firstRecoverable: firstRecoverable(backups, recordedArchive{path: "ns/db/_wal/u"}), backupsObserved: true,
 		archive: &archiveState{status: metav1.ConditionTrue, lastArchived: time.Date(2026, 12, 7, 0, 45, 3, 900, time.UTC)}}
 	st := &dbv1.DatabaseStatus{}
 	setRecoverability(st, archiving, obs)

@@ -126,19 +126,28 @@ func (r *DatabaseReconciler) observeBackups(ctx context.Context, db *dbv1.Databa
 	return nil
 }
 
-// archiveOf is where db's archive lives in its target, and the method of
-// the Backups a recovery replays it from: PostgreSQL's WAL archive after a
-// physical backup, MariaDB's binary log archive after a dump.
+// archiveOf is where db's archive lives in its target, and the Backups a
+// recovery replays it from: PostgreSQL's WAL archive after a physical
+// backup, MariaDB's binary log archive after a dump or a physical backup
+// (both record the GTID position they hold up to).
 func archiveOf(db *dbv1.Database) recordedArchive {
 	if db.Spec.Engine == dbv1.EngineMariaDB {
-		return recordedArchive{binlog.Prefix(db.Namespace, db.Name, string(db.UID)), dbv1.BackupLogical}
+		return recordedArchive{path: binlog.Prefix(db.Namespace, db.Name, string(db.UID)), afterLogical: true}
 	}
-	return recordedArchive{wal.Prefix(db.Namespace, db.Name, string(db.UID)), dbv1.BackupPhysical}
+	return recordedArchive{path: wal.Prefix(db.Namespace, db.Name, string(db.UID))}
 }
 
 type recordedArchive struct {
-	path   string
-	method dbv1.BackupMethod
+	path string
+	// afterLogical: a dump records where a replay of the archive starts
+	// (MariaDB's GTID position), as a physical backup does.
+	afterLogical bool
+}
+
+// extends says whether a recovery replays the archive after a Backup
+// taken by method m.
+func (a recordedArchive) extends(m dbv1.BackupMethod) bool {
+	return m == dbv1.BackupPhysical || (a.afterLogical && m == dbv1.BackupLogical)
 }
 
 // firstRecoverable is the earliest moment a recovery reaches: the next
@@ -150,7 +159,7 @@ func firstRecoverable(backups []dbv1.Backup, archive recordedArchive) *metav1.Ti
 	var first *metav1.Time
 	for i := range backups {
 		s := &backups[i].Status
-		if s.Phase == dbv1.BackupCompleted && s.Method == archive.method && s.ArchivePath == archive.path && s.CompletedAt != nil &&
+		if s.Phase == dbv1.BackupCompleted && archive.extends(s.Method) && s.ArchivePath == archive.path && s.CompletedAt != nil &&
 			(first == nil || s.CompletedAt.Before(first)) {
 			first = s.CompletedAt
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -53,10 +54,12 @@ const (
 // nothing.
 func (r *DatabaseReconciler) bootstrapKindOf(ctx context.Context, db *dbv1.Database) (bootstrapKind, error) {
 	bs := db.Spec.Bootstrap
-	if bs == nil || db.Spec.Engine != dbv1.EnginePostgreSQL || bs.Backup == nil {
+	if bs == nil || db.Spec.Engine == dbv1.EngineMySQL || bs.Backup == nil {
 		return bootstrapLogical, nil // the API allows a recovery target with a Backup only
 	}
-	if bs.RecoveryTarget != nil {
+	if bs.RecoveryTarget != nil && db.Spec.Engine == dbv1.EnginePostgreSQL {
+		// PostgreSQL recovers to a target from a physical backup only;
+		// MariaDB from either (a dump loaded, then the binary log).
 		return bootstrapPhysical, nil
 	}
 	started, err := r.recoveryStarted(ctx, db)
@@ -239,7 +242,7 @@ func (r *DatabaseReconciler) recoveryOutcome(ctx context.Context, db *dbv1.Datab
 	case err != nil:
 		return err
 	case out.running:
-		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("recovery Job %s is unpacking %s and replaying the WAL archive to %s", job.Name, path, targetOf(db)))
+		set(metav1.ConditionFalse, dbv1.ReasonRestoring, fmt.Sprintf("recovery Job %s is unpacking %s and replaying the %s to %s", job.Name, path, archiveNoun(db), targetOf(db)))
 		obs.halt = true
 		return nil
 	case out.resultPending:
@@ -287,7 +290,18 @@ func targetOf(db *dbv1.Database) string {
 		return pitr.Target{}.String()
 	}
 	at, _ := t.ParsedTime() // refused before any Job when it does not parse
+	if t.GTID != "" {
+		return "GTID " + t.GTID
+	}
 	return pitr.Target{Time: at, LSN: t.LSN, Name: t.Name}.String()
+}
+
+// archiveNoun names db's archive: the WAL archive or the binary log archive.
+func archiveNoun(db *dbv1.Database) string {
+	if db.Spec.Engine == dbv1.EnginePostgreSQL {
+		return "WAL archive"
+	}
+	return "binary log archive"
 }
 
 // recoveryRefusal is why db's recovery target cannot be reached from b,
@@ -308,7 +322,7 @@ func recoveryRefusal(db *dbv1.Database, b *dbv1.Backup, now time.Time) string {
 	case b.Status.Method != dbv1.BackupPhysical:
 		return fmt.Sprintf("Backup %s is a logical backup (dumps): a recovery target needs a physical one (method Physical)", b.Name)
 	case b.Status.ArchivePath == "":
-		return fmt.Sprintf("Backup %s has no WAL archive (its Database did not archive, or it went to another target): it restores only to its own end; remove recoveryTarget for that", b.Name)
+		return fmt.Sprintf("Backup %s has no %s (its Database did not archive, or it went to another target): it restores only to its own end; remove recoveryTarget for that", b.Name, archiveNoun(db))
 	case !at.IsZero() && b.Status.CompletedAt != nil && at.Before(b.Status.CompletedAt.Time):
 		return fmt.Sprintf("recovery target %s is before Backup %s completed (%s): pick a later moment or an earlier Backup",
 			t.Time, b.Name, b.Status.CompletedAt.UTC().Format(time.RFC3339))
@@ -344,7 +358,7 @@ func (r *DatabaseReconciler) startRecovery(ctx context.Context, db *dbv1.Databas
 		return "", fmt.Errorf("creating the recovery Job: %w", err)
 	}
 	r.event(db, corev1.EventTypeNormal, "RecoveryStarted", "Recover", "Recovering %s to %s onto %s", src.path, targetOf(db), claim)
-	return fmt.Sprintf("recovery Job %s started: unpacking %s onto %s and replaying the WAL archive to %s", job.Name, src.path, claim, targetOf(db)), nil
+	return fmt.Sprintf("recovery Job %s started: unpacking %s onto %s and replaying the %s to %s", job.Name, src.path, claim, archiveNoun(db), targetOf(db)), nil
 }
 
 // renderedStatefulSet is the StatefulSet the chart renders for db: the
@@ -424,6 +438,36 @@ type recoveryRun struct {
 	drill           bool
 }
 
+// replayArgs are the recover command's archive and target: the WAL
+// archive through wal-fetch (PostgreSQL) or the binary log archive
+// (MariaDB), replayed to the bootstrap's target (a drill's: the end).
+func replayArgs(db *dbv1.Database, src restoreFrom, tp targetPod, run recoveryRun) []string {
+	var args []string
+	switch archive := src.backup.Status.ArchivePath; {
+	case archive == "":
+	case db.Spec.Engine == dbv1.EngineMariaDB:
+		args = append(args, "--binlog-archive="+archive)
+	default:
+		fetch := append(append([]string{jobBinary, "wal-fetch"}, tp.args...), "--prefix="+archive)
+		args = append(args, "--archive="+archive, "--restore-command="+shellJoin(fetch)+" %f %p")
+	}
+	bs := db.Spec.Bootstrap
+	if bs == nil || bs.RecoveryTarget == nil || run.drill {
+		return args
+	}
+	switch t := bs.RecoveryTarget; {
+	case t.Time != "":
+		args = append(args, "--target-time="+t.Time)
+	case t.LSN != "":
+		args = append(args, "--target-lsn="+t.LSN)
+	case t.Name != "":
+		args = append(args, "--target-name="+t.Name)
+	case t.GTID != "":
+		args = append(args, "--target-gtid="+t.GTID)
+	}
+	return args
+}
+
 // recoveryJob runs the manager's recover command in the database image,
 // as the database container runs: a bootstrap on the first instance's
 // claim mounted where that container mounts it, a drill into scratch
@@ -438,8 +482,12 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, src restoreFrom, op
 		return nil, fmt.Errorf("the rendered StatefulSet has no %s container", databaseContainerName)
 	}
 	var pgdata, mountPath string
+	dataEnv := "PGDATA"
+	if db.Spec.Engine != dbv1.EnginePostgreSQL {
+		dataEnv = "DATADIR"
+	}
 	for _, e := range container.Env {
-		if e.Name == "PGDATA" {
+		if e.Name == dataEnv {
 			pgdata = e.Value
 		}
 	}
@@ -449,19 +497,19 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, src restoreFrom, op
 		}
 	}
 	if pgdata == "" || mountPath == "" {
-		return nil, fmt.Errorf("the rendered database container has no PGDATA or no %s mount", volumeClaimTemplate)
+		return nil, fmt.Errorf("the rendered database container has no %s or no %s mount", dataEnv, volumeClaimTemplate)
 	}
 	tp := targetForPod(src.target, db)
 	for i := range tp.mounts {
 		tp.mounts[i].ReadOnly = true // the source's backups and archive are only read
 	}
-	args := append([]string{"recover"}, tp.args...)
+	args := append([]string{"recover", "--engine=" + string(db.Spec.Engine)}, tp.args...)
 	dataVolume := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: run.claim}}
 	env := tp.env
 	if run.drill {
 		// The copy lives in scratch space and is deleted; no account is
 		// changed, so no password is needed.
-		pgdata, dataVolume = mountPath+"/pgdata", corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		pgdata, dataVolume = mountPath+"/"+filepath.Base(pgdata), corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 		args = append(args, "--drill")
 	} else {
 		args = append(args, "--replication-user="+engine.ReplicationUser)
@@ -470,22 +518,9 @@ func recoveryJob(db *dbv1.Database, sts *appsv1.StatefulSet, src restoreFrom, op
 			secretEnv(pitr.EnvReplicationPassword, replicationSecretName(db), corev1.BasicAuthPasswordKey),
 		}, env...)
 	}
-	args = append(args, "--path="+src.path, "--pgdata="+pgdata, "--scratch="+jobScratchDir,
+	args = append(args, "--path="+src.path, "--datadir="+pgdata, "--scratch="+jobScratchDir,
 		"--user="+engine.ProfileOf(db.Spec.Engine).Superuser, "--result-file="+jobResultFile)
-	if archive := src.backup.Status.ArchivePath; archive != "" {
-		fetch := append(append([]string{jobBinary, "wal-fetch"}, tp.args...), "--prefix="+archive)
-		args = append(args, "--archive="+archive, "--restore-command="+shellJoin(fetch)+" %f %p")
-	}
-	if bs := db.Spec.Bootstrap; bs != nil && bs.RecoveryTarget != nil && !run.drill {
-		switch t := bs.RecoveryTarget; {
-		case t.Time != "":
-			args = append(args, "--target-time="+t.Time)
-		case t.LSN != "":
-			args = append(args, "--target-lsn="+t.LSN)
-		case t.Name != "":
-			args = append(args, "--target-name="+t.Name)
-		}
-	}
+	args = append(args, replayArgs(db, src, tp, run)...)
 	mounts := append([]corev1.VolumeMount{
 		{Name: "bin", MountPath: jobBinDir, ReadOnly: true}, {Name: "tmp", MountPath: "/tmp"},
 		{Name: "scratch", MountPath: jobScratchDir}, {Name: volumeClaimTemplate, MountPath: mountPath},

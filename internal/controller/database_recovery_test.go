@@ -217,6 +217,12 @@ func TestBackupMethodDefault(t *testing.T) {
 		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
 	})
 	plain := newDB(dbv1.EnginePostgreSQL)
+	mariaArchiving := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+	})
+	mysqlArchiving := newDB(dbv1.EngineMySQL, func(db *dbv1.Database) {
+		db.Spec.Backup = &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}
+	})
 	for _, tt := range []struct {
 		name string
 		b    *dbv1.Backup
@@ -225,6 +231,8 @@ func TestBackupMethodDefault(t *testing.T) {
 	}{
 		{"archiving", &dbv1.Backup{}, archiving, dbv1.BackupPhysical},
 		{"not archiving", &dbv1.Backup{}, plain, dbv1.BackupLogical},
+		{"MariaDB archiving", &dbv1.Backup{}, mariaArchiving, dbv1.BackupPhysical},
+		{"MySQL archiving", &dbv1.Backup{}, mysqlArchiving, dbv1.BackupLogical},
 		{"asked logical", &dbv1.Backup{Spec: dbv1.BackupSpec{Method: dbv1.BackupLogical}}, archiving, dbv1.BackupLogical},
 		{"asked physical", &dbv1.Backup{Spec: dbv1.BackupSpec{Method: dbv1.BackupPhysical}}, plain, dbv1.BackupPhysical},
 	} {
@@ -410,5 +418,56 @@ func TestRecreatedAfterAFailedRecovery(t *testing.T) {
 				t.Errorf("Restored %+v, want ExistingDataKept", cond)
 			}
 		})
+	}
+}
+
+// TestMariaDBRecoveryFromAPhysicalBackup: a MariaDB Database bootstrapped
+// from a physical Backup is recovered before its pods, as PostgreSQL's:
+// the recovery Job unpacks the copy into the data directory the chart's
+// container uses and replays the binary log archive to the target. From
+// a logical Backup it is loaded into the running primary as before.
+func TestMariaDBRecoveryFromAPhysicalBackup(t *testing.T) {
+	ctx := context.Background()
+	maria := func(b *dbv1.Backup) {
+		b.Status.Engine, b.Status.ArchivePath = dbv1.EngineMariaDB, "shop/orders/_binlog/uid-1"
+	}
+	db := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+		db.Name, db.UID = "orders-at-noon", "uid-2"
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "base"}, RecoveryTarget: &dbv1.RecoveryTarget{GTID: "0-1000-42"}}
+	})
+	writes := 0
+	r, c := newFakeReconciler(t, &writes, db, physicalBackup(maria))
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(db)}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: db.Name}, &appsv1.StatefulSet{}); err == nil {
+		t.Fatal("the StatefulSet exists before the recovery succeeded")
+	}
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "orders-at-noon-restore"}, job); err != nil {
+		t.Fatalf("recovery Job: %v", err)
+	}
+	args := strings.Join(job.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"recover --engine=mariadb ", "--path=shop/orders/base", "--binlog-archive=shop/orders/_binlog/uid-1",
+		"--target-gtid=0-1000-42", "--datadir=/var/lib/mysql/data", "--user=root", "--replication-user="} {
+		if !strings.Contains(args, want) {
+			t.Errorf("recovery Job args %q lack %q", args, want)
+		}
+	}
+	if strings.Contains(args, "--restore-command") || strings.Contains(args, "--archive=") {
+		t.Errorf("recovery Job args %q: a WAL archive's flags on a MariaDB recovery", args)
+	}
+
+	// A logical Backup: no recovery Job, the dump is loaded into the
+	// running primary.
+	logical := db.DeepCopy()
+	logical.Name, logical.UID, logical.ResourceVersion = "orders-dumped", "uid-3", ""
+	r, _ = newFakeReconciler(t, &writes, logical, physicalBackup(maria, func(b *dbv1.Backup) { b.Status.Method = dbv1.BackupLogical }))
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(logical)}); err != nil {
+		t.Fatal(err)
+	}
+	if kind, err := r.bootstrapKindOf(ctx, logical); err != nil || kind != bootstrapLogical {
+		t.Errorf("bootstrap from a logical MariaDB Backup: %v (%v), want logical", kind, err)
 	}
 }

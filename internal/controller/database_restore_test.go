@@ -112,15 +112,20 @@ func TestBinlogReplayArgs(t *testing.T) {
 }
 
 // A MariaDB Database that archives records its binary log archive in each
-// logical Backup to its own target: the dump's GTID position is where a
-// replay starts.
+// Backup to its own target, physical (the default) or logical: the copy's
+// or the dump's GTID position is where a replay starts.
 func TestRecordMethodBinlogArchive(t *testing.T) {
 	db := &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "orders", UID: "uid-1"},
 		Spec: dbv1.DatabaseSpec{Engine: dbv1.EngineMariaDB, Backup: &dbv1.BackupPolicy{Archive: &dbv1.ArchivePolicy{Enabled: true}}}}
 	var st dbv1.BackupStatus
 	recordMethod(&st, &dbv1.Backup{}, db)
-	if st.Method != dbv1.BackupLogical || st.ArchivePath != "shop/orders/_binlog/uid-1" {
+	if st.Method != dbv1.BackupPhysical || st.ArchivePath != "shop/orders/_binlog/uid-1" {
 		t.Errorf("recorded %s %q", st.Method, st.ArchivePath)
+	}
+	st = dbv1.BackupStatus{}
+	recordMethod(&st, &dbv1.Backup{Spec: dbv1.BackupSpec{Method: dbv1.BackupLogical}}, db)
+	if st.Method != dbv1.BackupLogical || st.ArchivePath != "shop/orders/_binlog/uid-1" {
+		t.Errorf("recorded %s %q for a dump", st.Method, st.ArchivePath)
 	}
 	st = dbv1.BackupStatus{}
 	recordMethod(&st, &dbv1.Backup{Spec: dbv1.BackupSpec{Target: &dbv1.BackupTarget{}}}, db)

@@ -60,7 +60,9 @@ func mariaRows(t *testing.T, ctx context.Context, m *testservers.MariaDB) []int6
 	return ids
 }
 
-func tableExists(t *testing.T, ctx context.Context, m *testservers.MariaDB, table string) bool {
+// ordersExist: shop.orders is there (the table the tests drop by mistake).
+func ordersExist(t *testing.T, ctx context.Context, m *testservers.MariaDB) bool {
+	const table = "shop.orders"
 	t.Helper()
 	db := mariaDB(t, ctx, m)
 	defer db.Close()
@@ -195,7 +197,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 		if lost > 0 || leaked > 0 || before == 0 || after == 0 {
 			t.Errorf("restored to %s: %d acknowledged writes lost, %d later writes leaked (%d before, %d after)", target.Format(time.RFC3339Nano), lost, leaked, before, after)
 		}
-		if !tableExists(t, ctx, fresh, "shop.orders") {
+		if !ordersExist(t, ctx, fresh) {
 			t.Error("the table dropped after T is gone from the restore")
 		}
 		// The restored server took the replayed transactions under its
@@ -222,7 +224,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 		if lost > 0 || holes > 0 {
 			t.Errorf("restored to the archive's end: %d writes lost, %d holes", lost, holes)
 		}
-		if tableExists(t, ctx, fresh, "shop.orders") {
+		if ordersExist(t, ctx, fresh) {
 			t.Error("the table dropped before the end is there")
 		}
 	})
@@ -290,7 +292,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 			t.Fatalf("restore over a corrupted file: %v, result %+v", err, res)
 		}
 		t.Logf("refused: %s", res.Message)
-		if tableExists(t, ctx, fresh, "shop.orders") {
+		if ordersExist(t, ctx, fresh) {
 			t.Error("the dump was loaded before the archive was found corrupt")
 		}
 		// The replay alone meets it the same way, before applying anything.

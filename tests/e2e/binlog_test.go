@@ -18,16 +18,19 @@ import (
 
 // TestMariaDBPointInTimeRecovery: a MariaDB Database archives its binary
 // log through its primary's agent (ContinuousArchiving True); a logical
-// Backup records the archive and its GTID position. A writer inserts rows
-// on a long-lived session, T is noted, a table is dropped by mistake. A new
-// Database bootstrapped from the Backup with recoveryTarget.time T loads
-// the dump and replays the archive to T: every row acknowledged before T
-// is there, none sent after T's second (the binary log keeps whole
-// seconds), and the dropped table is back.
+// Backup (a dump) and a physical one (mariadb-backup, copied by the agent)
+// record the archive and their GTID positions. A writer inserts rows on a
+// long-lived session, T is noted, a table is dropped by mistake. A new
+// Database bootstrapped from each Backup with recoveryTarget.time T (the
+// dump loaded into its primary, the copy recovered before its pods) and
+// the archive replayed to T holds every row acknowledged before T, none
+// sent after T's second (the binary log keeps whole seconds), and the
+// dropped table.
 func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	t.Parallel() // its own Databases: see parallel in main_test.go
 	p := newMariaPITRSource(t, "mpitr")
-	p.backup("base")
+	p.backup("base", dbv1.BackupLogical)
+	p.backup("phys") // the default with an archive
 	w := p.startWriter()
 	time.Sleep(1500 * time.Millisecond)
 	target := time.Now() // the node's clock is the servers'
@@ -47,29 +50,37 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	})
 
 	start := time.Now()
-	restored := newDatabase(t, p.db.Namespace, "mpitr-at-t", dbv1.EngineMariaDB, "10.11", func(d *dbv1.Database) {
-		d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "base"},
-			RecoveryTarget: &dbv1.RecoveryTarget{Time: target.UTC().Format(time.RFC3339Nano)}}
-	})
-	cond := waitCondition(t, restored, dbv1.ConditionRestored, metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded)
-	restored = waitRunning(t, restored, 1, 5*time.Minute)
-	t.Logf("restored to T and running %s after its creation: %s", time.Since(start).Round(time.Second), cond.Message)
-	if !strings.Contains(cond.Message, "replayed") || !strings.Contains(cond.Message, "of the binary log") {
-		t.Errorf("Restored does not say what was replayed: %s", cond.Message)
+	from := map[string]string{"mpitr-at-t": "base", "mpitr-phys-at-t": "phys"}
+	for name, b := range from {
+		newDatabase(t, p.db.Namespace, name, dbv1.EngineMariaDB, "10.11", func(d *dbv1.Database) {
+			d.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: b},
+				RecoveryTarget: &dbv1.RecoveryTarget{Time: target.UTC().Format(time.RFC3339Nano)}}
+		})
 	}
-	c := mariaRWAs(t, restored)
-	ids := mariaEventIDs(t, c)
-	lost, _ := pitrcheck.Judge(writes, ids, target)
-	_, leaked := pitrcheck.Judge(writes, ids, stop)
-	if lost > 0 || leaked > 0 {
-		t.Errorf("restored to T: %d writes acknowledged before T missing, %d sent after T's second present (of %d rows)", lost, leaked, len(ids))
+	for name, b := range from {
+		t.Run(b, func(t *testing.T) {
+			restored := k8sDatabase(t, &dbv1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: p.db.Namespace, Name: name}})
+			cond := waitCondition(t, restored, dbv1.ConditionRestored, metav1.ConditionTrue, dbv1.ReasonRestoreSucceeded)
+			restored = waitRunning(t, restored, 1, 5*time.Minute)
+			t.Logf("%s restored from %s to T and running %s after its creation: %s", name, b, time.Since(start).Round(time.Second), cond.Message)
+			if !strings.Contains(cond.Message, "replayed") || !strings.Contains(cond.Message, "of the binary log") {
+				t.Errorf("Restored does not say what was replayed: %s", cond.Message)
+			}
+			c := mariaRWAs(t, restored)
+			ids := mariaEventIDs(t, c)
+			lost, _ := pitrcheck.Judge(writes, ids, target)
+			_, leaked := pitrcheck.Judge(writes, ids, stop)
+			if lost > 0 || leaked > 0 {
+				t.Errorf("restored to T: %d writes acknowledged before T missing, %d sent after T's second present (of %d rows)", lost, leaked, len(ids))
+			}
+			var n int
+			if err := c.QueryRow("SELECT count(*) FROM shop.doomed").Scan(&n); err != nil || n != 1 {
+				t.Errorf("the table dropped after T: %d rows (%v), want it back", n, err)
+			}
+			before, _ := pitrcheck.Sides(writes, target)
+			t.Logf("restored to T: %d rows, all %d acknowledged before T among them", len(ids), before)
+		})
 	}
-	var n int
-	if err := c.QueryRow("SELECT count(*) FROM shop.doomed").Scan(&n); err != nil || n != 1 {
-		t.Errorf("the table dropped after T: %d rows (%v), want it back", n, err)
-	}
-	before, _ := pitrcheck.Sides(writes, target)
-	t.Logf("restored to T: %d rows, all %d acknowledged before T among them", len(ids), before)
 }
 
 // mariaPITRSource is a MariaDB Database that archives its binary log to
@@ -103,15 +114,21 @@ func (p *mariaPITRSource) exec(stmts ...string) {
 	}
 }
 
-// backup takes a Backup and checks it is a dump that records the archive.
-func (p *mariaPITRSource) backup(name string) {
+// backup takes a Backup (physical, the default with an archive, unless
+// method says otherwise) and checks it records the archive.
+func (p *mariaPITRSource) backup(name string, method ...dbv1.BackupMethod) {
 	t := p.t
 	t.Helper()
-	newBackup(t, p.db.Namespace, name, p.db.Name)
+	want := dbv1.BackupPhysical
+	newBackup(t, p.db.Namespace, name, p.db.Name, func(b *dbv1.Backup) {
+		if len(method) > 0 {
+			b.Spec.Method, want = method[0], method[0]
+		}
+	})
 	b := waitBackup(t, p.db.Namespace, name)
-	if b.Status.Phase != dbv1.BackupCompleted || b.Status.Method != dbv1.BackupLogical || b.Status.ArchivePath != binlog.Prefix(p.db.Namespace, p.db.Name, string(p.db.UID)) {
-		t.Fatalf("Backup %s: phase %s (%s), method %q, archive %q: want a completed dump that records the binary log archive",
-			name, b.Status.Phase, b.Status.Message, b.Status.Method, b.Status.ArchivePath)
+	if b.Status.Phase != dbv1.BackupCompleted || b.Status.Method != want || b.Status.ArchivePath != binlog.Prefix(p.db.Namespace, p.db.Name, string(p.db.UID)) {
+		t.Fatalf("Backup %s: phase %s (%s), method %q, archive %q: want a completed %s backup that records the binary log archive",
+			name, b.Status.Phase, b.Status.Message, b.Status.Method, b.Status.ArchivePath, want)
 	}
 }
 

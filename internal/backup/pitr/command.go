@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"example.com/database-operator/internal/backup"
+	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
 )
 
@@ -26,8 +27,11 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
 	var o Options
 	var t storage.Flags
-	var resultFile, replicationUser, targetTime string
+	var resultFile, replicationUser, targetTime, eng, binlogArchive, targetGTID string
 	t.Register(fs)
+	fs.StringVar(&eng, "engine", "postgresql", "postgresql or mariadb")
+	fs.StringVar(&binlogArchive, "binlog-archive", "", "MariaDB: the binary log archive's prefix in the target (none: recover to the backup's end)")
+	fs.StringVar(&targetGTID, "target-gtid", "", "MariaDB: replay the binary log up to and with this GTID position")
 	fs.StringVar(&o.Path, "path", "", "the base backup's path in the target")
 	fs.StringVar(&o.Archive, "archive", "", "the WAL archive's prefix in the target (none: recover to the backup's end)")
 	fs.StringVar(&o.RestoreCommand, "restore-command", "", "the server's restore_command (wal-fetch on --archive)")
@@ -35,6 +39,7 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&o.Target.LSN, "target-lsn", "", "replay up to this WAL position")
 	fs.StringVar(&o.Target.Name, "target-name", "", "replay up to this restore point")
 	fs.StringVar(&o.DataDir, "pgdata", "", "the data directory to create")
+	fs.StringVar(&o.DataDir, "datadir", "", "the data directory to create (the same as --pgdata)")
 	fs.StringVar(&o.Scratch, "scratch", os.TempDir(), "directory for the download, the socket and the server's log")
 	fs.StringVar(&o.Superuser, "user", "postgres", "the superuser (its password from "+EnvSuperuserPassword+")")
 	fs.StringVar(&replicationUser, "replication-user", "", "the replication account (its password from "+EnvReplicationPassword+")")
@@ -46,6 +51,10 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 	}
 	o.Log = func(format string, args ...any) { fmt.Fprintf(log, "recover: "+format+"\n", args...) }
 	o.ServerLog = log
+	if eng == "mariadb" {
+		return mariadbCommand(ctx, mariadbFlags{o: o, t: t, archive: binlogArchive, targetTime: targetTime, targetGTID: targetGTID,
+			replicationUser: replicationUser, resultFile: resultFile}, log)
+	}
 	var out *Outcome
 	err := func() error {
 		if o.Path == "" || o.DataDir == "" {
@@ -136,4 +145,84 @@ func rate(n int64, d time.Duration) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f MB/s", float64(n)/1e6/d.Seconds())
+}
+
+// mariadbFlags are the recover command's flags for a MariaDB recovery.
+type mariadbFlags struct {
+	o                               Options
+	t                               storage.Flags
+	archive, targetTime, targetGTID string
+	replicationUser, resultFile     string
+}
+
+// mariadbCommand is the recover command for MariaDB: RecoverMariaDB.
+func mariadbCommand(ctx context.Context, f mariadbFlags, log io.Writer) error {
+	o := MariaDBOptions{Path: f.o.Path, Archive: f.archive, DataDir: f.o.DataDir, Scratch: f.o.Scratch, Log: f.o.Log, ServerLog: log,
+		Superuser: Account{Name: f.o.Superuser, Password: os.Getenv(EnvSuperuserPassword)}}
+	var out *MariaDBOutcome
+	err := func() error {
+		switch {
+		case f.o.Drill:
+			return fail(backup.ReasonInvalid, "restore drills of MariaDB physical backups are not built yet")
+		case o.Path == "" || o.DataDir == "":
+			return fail(backup.ReasonInvalid, "--path and --datadir are required")
+		case f.targetTime != "" && f.targetGTID != "":
+			return fail(backup.ReasonInvalid, "--target-time and --target-gtid exclude each other")
+		}
+		var err error
+		if f.targetTime != "" {
+			if o.Target.Time, err = time.Parse(time.RFC3339Nano, f.targetTime); err != nil {
+				return fail(backup.ReasonInvalid, "--target-time: %w", err)
+			}
+		}
+		if f.targetGTID != "" {
+			if o.Target.GTID, err = binlog.ParsePosition(f.targetGTID); err != nil {
+				return fail(backup.ReasonInvalid, "--target-gtid: %w", err)
+			}
+		}
+		if f.replicationUser != "" {
+			o.Accounts = []Account{{Name: f.replicationUser, Password: os.Getenv(EnvReplicationPassword), Replication: true}}
+		}
+		for _, a := range append([]Account{o.Superuser}, o.Accounts...) {
+			if a.Password == "" {
+				return fail(backup.ReasonInvalid, "no password for %s in the environment", a.Name)
+			}
+		}
+		if o.Store, err = f.t.Open(ctx); err != nil {
+			return fail(backup.ReasonTargetFailed, "%w", err)
+		}
+		scratch, err := os.MkdirTemp(o.Scratch, "recover-")
+		if err != nil {
+			return fail(backup.ReasonLoadFailed, "scratch space: %w", err)
+		}
+		defer os.RemoveAll(scratch)
+		o.Scratch = scratch
+		out, err = RecoverMariaDB(ctx, o)
+		return err
+	}()
+	res := MariaDBResultOf(o, out, err)
+	fmt.Fprintf(log, "recover %s: succeeded=%t reason=%s %s\n", o.Path, res.Succeeded, res.Reason, res.Message)
+	if f.resultFile != "" {
+		if werr := os.WriteFile(f.resultFile, res.Encode(), 0o644); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+// MariaDBResultOf is the Result a MariaDB recovery Job reports.
+func MariaDBResultOf(o MariaDBOptions, out *MariaDBOutcome, err error) backup.Result {
+	if err != nil {
+		return backup.Result{Reason: backup.ReasonOf(err), Message: err.Error(), Path: o.Path}
+	}
+	m := out.Manifest
+	msg := fmt.Sprintf("recovered to the end of the physical backup (no binary log archive), position %s", out.Position)
+	if out.Replay != nil {
+		r := out.Replay
+		msg = fmt.Sprintf("recovered to %s: replayed %d transactions of the binary log (%d files, %s, fetched and verified in %s, applied in %s), position %s",
+			binlog.FormatTarget(o.Target), r.Transactions, r.Files, megabytes(r.Bytes), r.Fetch.Round(time.Millisecond), r.Apply.Round(time.Millisecond), out.Position)
+	}
+	msg += fmt.Sprintf("; downloaded, checked, unpacked and prepared %s in %s (%s)", megabytes(m.Size()), out.Unpacking.Round(time.Millisecond), rate(m.Size(), out.Unpacking))
+	return backup.Result{Succeeded: true, Reason: "Recovered", Message: msg, Path: o.Path, Location: o.Store.Location(o.Path),
+		Version: m.Version, Position: out.Position, Size: m.Size(), Checksum: m.Checksum(), StartedAt: m.StartedAt, CompletedAt: m.CompletedAt}
 }

@@ -94,6 +94,17 @@ func StartMariaDB(t testing.TB, topo *Topology, pod string) *MariaDB {
 	return m
 }
 
+// StartMariaDBOn starts the instance pod of topo as StartMariaDB does, on
+// the data directory fill makes first (a recovery's): the start script
+// finds data and starts the server on it.
+func StartMariaDBOn(t testing.TB, topo *Topology, pod string, fill func(datadir string)) *MariaDB {
+	t.Helper()
+	m := newMariaDB(t, topo, pod)
+	fill(m.Data())
+	m.Restart(t)
+	return m
+}
+
 // MariaDBOptions are what StartMariaDBFailing adds to a server's start.
 type MariaDBOptions struct {
 	// Args are added to the server's.

@@ -22,10 +22,12 @@ type BackupSpecApplyConfiguration struct {
 	// Target overrides the Database's spec.backup.target for this backup.
 	Target *BackupTargetApplyConfiguration `json:"target,omitempty"`
 	// Method is how the backup is taken: Logical (dumps, loaded into a
-	// running server) or Physical (a copy of the data directory with
-	// pg_basebackup: PostgreSQL only; with the WAL archive it restores to
-	// any moment since). Default: Physical for a PostgreSQL Database that
-	// archives its WAL (spec.backup.archive), else Logical.
+	// running server) or Physical (a copy of the data files, recovered
+	// before the new Database's pods start: pg_basebackup for PostgreSQL,
+	// mariadb-backup run by the instance's agent for MariaDB; not MySQL;
+	// with the archive it restores to any moment since). Default:
+	// Physical for a PostgreSQL or MariaDB Database that archives
+	// (spec.backup.archive), else Logical.
 	Method *apiv1.BackupMethod `json:"method,omitempty"`
 	// DeadlineSeconds bounds how long the backup may run (default: the
 	// Database's spec.backup.deadlineSeconds, else 3600).
