@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	dbv1 "example.com/database-operator/api/v1"
 )
@@ -87,9 +89,18 @@ func (a *Agent) serveBaseBackup(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "starting mariadb-backup: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	waited.Store(cmd.Process.Pid, true)
+	defer waited.Delete(cmd.Process.Pid)
 	log.Info("copying the server's data files for a physical backup")
 	w.Header().Set("Trailer", strings.Join([]string{TrailerBaseBackupError, TrailerBaseBackupPosition, TrailerBaseBackupDone}, ", "))
 	w.Header().Set("Content-Type", "application/octet-stream")
+	// The caller learns at once that the copy started (it bounds the wait
+	// for the headers), whatever mariadb-backup takes to write its first
+	// bytes.
+	w.WriteHeader(http.StatusOK)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
 	n, copyErr := io.Copy(w, out)
 	if copyErr != nil {
 		_ = cmd.Process.Kill() // the caller went away: nowhere to send the rest
@@ -198,11 +209,16 @@ type BaseBackup struct {
 // for a physical backup of its server. Read it to its end, then Result
 // says whether it is whole.
 func FetchBaseBackup(ctx context.Context, addr, token string, cfg *tls.Config) (*BaseBackup, error) {
-	scheme, client := "http", &http.Client{}
+	// No deadline on the whole transfer (a large copy takes long), but on
+	// every step before the copy's first byte; no proxy: the token goes to
+	// the agent only.
+	scheme := "http"
 	if cfg != nil {
 		scheme = "https"
-		client = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
 	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true,
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext, TLSHandshakeTimeout: 10 * time.Second,
+		ResponseHeaderTimeout: time.Minute}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/v1/basebackup", nil)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,8 +22,13 @@ import (
 // becomeSubreaper makes orphans of the agent's descendants its children.
 func becomeSubreaper() error { return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }
 
+// waited are the agent's other children an exec.Cmd waits for (a physical
+// backup's mariadb-backup): the reaper leaves them to it, or Wait would
+// find no child and fail a good backup.
+var waited sync.Map
+
 // reapLoop reaps, every second, the agent's exited children other than
-// the server's process (keep returns it, or 0).
+// the server's process (keep returns it, or 0) and those in waited.
 func reapLoop(ctx context.Context, keep func() int) {
 	for {
 		select {
@@ -31,7 +37,7 @@ func reapLoop(ctx context.Context, keep func() int) {
 		case <-time.After(time.Second):
 		}
 		for _, pid := range zombieChildren(os.Getpid()) {
-			if pid != keep() {
+			if _, own := waited.Load(pid); pid != keep() && !own {
 				var ws syscall.WaitStatus
 				_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
 			}

@@ -296,6 +296,16 @@ func targetOf(db *dbv1.Database) string {
 	return pitr.Target{Time: at, LSN: t.LSN, Name: t.Name}.String()
 }
 
+// mariadbRelease is the release ("10.11") of a MariaDB server version
+// ("10.11.19-MariaDB-0+deb12u1"); "" when it does not say.
+func mariadbRelease(version string) string {
+	parts := strings.FieldsFunc(version, func(r rune) bool { return r < '0' || r > '9' })
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[0] + "." + parts[1]
+}
+
 // archiveNoun names db's archive: the WAL archive or the binary log archive.
 func archiveNoun(db *dbv1.Database) string {
 	if db.Spec.Engine == dbv1.EnginePostgreSQL {
@@ -308,6 +318,14 @@ func archiveNoun(db *dbv1.Database) string {
 // known before anything is made; "" when it may be (the recovery Job
 // checks the archive's end).
 func recoveryRefusal(db *dbv1.Database, b *dbv1.Backup, now time.Time) string {
+	if db.Spec.Engine == dbv1.EngineMariaDB && b != nil && b.Status.Method == dbv1.BackupPhysical {
+		// mariadb-backup prepares a copy of its own release only, and a
+		// server reads data files of its own release (or an older one
+		// through mariadb-upgrade, never a newer one).
+		if rel := mariadbRelease(b.Status.Version); rel != "" && rel != db.Spec.Version {
+			return fmt.Sprintf("Backup %s is a physical copy of MariaDB %s: it is recovered by the same release; set spec.version %q", b.Name, rel, rel)
+		}
+	}
 	t := db.Spec.Bootstrap.RecoveryTarget
 	if t == nil {
 		return ""

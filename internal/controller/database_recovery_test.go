@@ -471,3 +471,20 @@ func TestMariaDBRecoveryFromAPhysicalBackup(t *testing.T) {
 		t.Errorf("bootstrap from a logical MariaDB Backup: %v (%v), want logical", kind, err)
 	}
 }
+
+// TestMariaDBPhysicalBackupOfAnotherRelease: a physical copy is recovered
+// by its own release only (mariadb-backup prepares its own; a server never
+// reads a newer one's files): refused before anything is made.
+func TestMariaDBPhysicalBackupOfAnotherRelease(t *testing.T) {
+	db := newDB(dbv1.EngineMariaDB, func(db *dbv1.Database) {
+		db.Spec.Version = "10.11"
+		db.Spec.Bootstrap = &dbv1.BootstrapSpec{Backup: &dbv1.LocalObjectReference{Name: "base"}}
+	})
+	for version, refused := range map[string]bool{"11.4.5-MariaDB": true, "10.6.21-MariaDB-log": true, "10.11.19-MariaDB-0+deb12u1": false, "": false} {
+		b := physicalBackup(func(b *dbv1.Backup) { b.Status.Engine, b.Status.Version = dbv1.EngineMariaDB, version })
+		why := recoveryRefusal(db, b, time.Now())
+		if refused != strings.Contains(why, "same release") {
+			t.Errorf("a copy of %q: refusal %q, want refused %t", version, why, refused)
+		}
+	}
+}

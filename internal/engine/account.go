@@ -104,3 +104,13 @@ func nativePasswordHash(password string) string {
 	second := sha1.Sum(first[:])        //nolint:gosec // the server's format
 	return "*" + strings.ToUpper(hex.EncodeToString(second[:]))
 }
+
+// MariaDBIdentifiedBy is the IDENTIFIED BY clause that gives a MariaDB
+// account password: its native hash, so the password itself is in no
+// statement a server could echo in an error or a log.
+func MariaDBIdentifiedBy(password string) string {
+	return "IDENTIFIED BY PASSWORD " + mysqlLiteral(nativePasswordHash(password))
+}
+
+// MySQLLiteral is s as a MySQL or MariaDB string literal.
+func MySQLLiteral(s string) string { return mysqlLiteral(s) }

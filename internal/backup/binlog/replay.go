@@ -35,6 +35,10 @@ type Client struct {
 	Command string   // mariadb
 	Args    []string // --host, --port, --user...
 	Env     []string
+	// Init is run in the replay's session before the binary log (a
+	// recovery's server started without grant checks loads them: the
+	// replayed GRANTs and ALTER USERs need them).
+	Init string
 }
 
 // ReplayOptions is one replay of archived binary logs into a server.
@@ -275,7 +279,11 @@ func apply(ctx context.Context, o ReplayOptions, files []string) (replayed, erro
 		_ = reader.Wait()
 		return replayed{}, fmt.Errorf("starting %s: %w", o.Client.Command, err)
 	}
-	n, rewriteErr := rewrite(sql, stdin)
+	var n replayed
+	_, rewriteErr := io.WriteString(stdin, o.Client.Init)
+	if rewriteErr == nil {
+		n, rewriteErr = rewrite(sql, stdin)
+	}
 	_ = stdin.Close()
 	if rewriteErr != nil {
 		_ = reader.Process.Kill() // it would wait on its full pipe

@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"example.com/database-operator/internal/backup"
 	"example.com/database-operator/internal/backup/binlog"
 	"example.com/database-operator/internal/backup/storage"
 	"example.com/database-operator/internal/backup/wal"
+	"example.com/database-operator/internal/engine"
 )
 
 // A MariaDB recovery from a physical backup, the same shape as
@@ -114,22 +116,37 @@ func RecoverMariaDB(ctx context.Context, o MariaDBOptions) (*MariaDBOutcome, err
 			return nil, err
 		}
 		out := &MariaDBOutcome{Manifest: m, Position: m.Position, Unpacking: time.Since(start)}
-		if err := srv.start(ctx, work); err != nil {
-			return nil, err
-		}
 		defer func() { _ = srv.kill() }()
 		if prepared != nil {
+			// Its session loads the grant tables first: the replayed
+			// GRANTs and ALTER USERs need them. Sessions after it would
+			// then need a password: the server starts again for the rest.
+			if err := srv.start(ctx, work); err != nil {
+				return nil, err
+			}
 			logf("replaying the binary log archive from %s to %s", m.Position, binlog.FormatTarget(o.Target))
 			if out.Replay, err = prepared.Apply(ctx); err != nil {
 				return nil, fail(ReasonRecoveryFailed, "replaying the binary log: %w", err)
 			}
 			out.Position = out.Replay.End.String()
+			if err := srv.stop(); err != nil {
+				return nil, err
+			}
+		}
+		if err := srv.start(ctx, work); err != nil {
+			return nil, err
 		}
 		if err := srv.sql(ctx, finishSQL(o)); err != nil {
 			return nil, fail(backup.ReasonLoadFailed, "setting the new Database's accounts: %w", err)
 		}
-		if err := srv.stop(ctx); err != nil {
+		if err := srv.stop(); err != nil {
 			return nil, err
+		}
+		// The copy's files, written by mbstream and the server, are on
+		// disk before the directory is the data directory: the pod must
+		// find them there after a crash of the node.
+		if err := syncTree(work); err != nil {
+			return nil, fail(backup.ReasonLoadFailed, "syncing the recovered files: %w", err)
 		}
 		return out, nil
 	}()
@@ -175,25 +192,43 @@ func prepareReplay(ctx context.Context, o MariaDBOptions, m *backup.Manifest, cl
 func finishSQL(o MariaDBOptions) string {
 	var b strings.Builder
 	b.WriteString("SET SESSION sql_log_bin = 0;\nFLUSH PRIVILEGES;\n")
-	root := quoteSQL(o.Superuser.Name)
-	pw := quoteSQL(o.Superuser.Password)
-	fmt.Fprintf(&b, "CREATE USER IF NOT EXISTS %s@'localhost' IDENTIFIED BY %s;\nALTER USER %s@'localhost' IDENTIFIED BY %s;\n", root, pw, root, pw)
-	fmt.Fprintf(&b, "CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s;\nALTER USER %s@'%%' IDENTIFIED BY %s;\n", root, pw, root, pw)
+	// Passwords as their hashes: a statement a server echoes in an error
+	// (the Job's result, an Event) never holds one.
+	account := func(user, host, password string) {
+		id := engine.MySQLLiteral(user) + "@" + engine.MySQLLiteral(host)
+		by := engine.MariaDBIdentifiedBy(password)
+		fmt.Fprintf(&b, "CREATE USER IF NOT EXISTS %s %s;\nALTER USER %s %s;\n", id, by, id, by)
+	}
+	root := engine.MySQLLiteral(o.Superuser.Name)
+	account(o.Superuser.Name, "localhost", o.Superuser.Password)
+	account(o.Superuser.Name, "%", o.Superuser.Password)
 	fmt.Fprintf(&b, "GRANT ALL PRIVILEGES ON *.* TO %s@'%%' WITH GRANT OPTION;\n", root)
 	for _, a := range o.Accounts {
-		name, apw := quoteSQL(a.Name), quoteSQL(a.Password)
-		fmt.Fprintf(&b, "CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s;\nALTER USER %s@'%%' IDENTIFIED BY %s;\n", name, apw, name, apw)
+		account(a.Name, "%", a.Password)
 		if a.Replication {
-			fmt.Fprintf(&b, "GRANT REPLICATION SLAVE ON *.* TO %s@'%%';\n", name)
+			fmt.Fprintf(&b, "GRANT REPLICATION SLAVE ON *.* TO %s@'%%';\n", engine.MySQLLiteral(a.Name))
 		}
 	}
 	b.WriteString("STOP ALL SLAVES;\nRESET SLAVE ALL;\nSET GLOBAL gtid_slave_pos = '';\n")
 	return b.String()
 }
 
-// quoteSQL is s as a MariaDB string literal.
-func quoteSQL(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+// syncTree flushes every file under dir, and the directories, to disk.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
 }
 
 // tempServer is the recovery's own server: a socket in scratch, no
@@ -207,7 +242,7 @@ type tempServer struct {
 
 func (s *tempServer) client() binlog.Client {
 	return binlog.Client{Command: "mariadb", Args: []string{"--no-defaults", "--socket=" + s.sock, "--user=root"},
-		Env: []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}}
+		Env: []string{"PATH=" + os.Getenv("PATH"), "LC_ALL=C"}, Init: "FLUSH PRIVILEGES;\n"}
 }
 
 func (s *tempServer) start(ctx context.Context, dir string) error {
@@ -236,27 +271,24 @@ func (s *tempServer) start(ctx context.Context, dir string) error {
 			s.cmd = nil
 			return fail(ReasonRecoveryFailed, "the server exited on the prepared copy before taking connections: %v (its log is in the Job's)", err)
 		case <-ctx.Done():
+			_ = s.kill()
 			return fail(ReasonRecoveryFailed, "waiting for the server to start: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			_ = s.kill()
 			return fail(ReasonRecoveryFailed, "the server on the prepared copy took no connection within 10 minutes")
 		}
 	}
 }
 
-// sql runs statements through the client (on its standard input: the
-// passwords in them are on no command line); with password once the grant
-// tables are in force again.
-func (s *tempServer) sql(ctx context.Context, stmts string, password ...string) error {
+// sql runs statements through the client, on its standard input.
+func (s *tempServer) sql(ctx context.Context, stmts string) error {
 	c := s.client()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, c.Command, append(c.Args, "--batch")...)
 	cmd.Env = c.Env
-	if len(password) > 0 {
-		cmd.Env = append(cmd.Env, "MYSQL_PWD="+password[0])
-	}
 	cmd.Stdin = strings.NewReader(stmts)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &out
@@ -266,10 +298,10 @@ func (s *tempServer) sql(ctx context.Context, stmts string, password ...string) 
 	return nil
 }
 
-// stop shuts the server down cleanly and waits for it (as the superuser:
-// finishSQL put the grant tables in force).
-func (s *tempServer) stop(ctx context.Context) error {
-	if err := s.sql(ctx, "SHUTDOWN", s.o.Superuser.Password); err != nil {
+// stop shuts the server down cleanly (SIGTERM: no login needed once the
+// grant tables are in force) and waits for it.
+func (s *tempServer) stop() error {
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		return fail(ReasonRecoveryFailed, "shutting the server down: %w", err)
 	}
 	select {
