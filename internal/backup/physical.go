@@ -104,17 +104,7 @@ func (r *readErr) Read(p []byte) (int, error) {
 // and checked against the manifest first: a corrupt or incomplete backup
 // is refused before anything is written to dest. Tool output goes to log.
 func ExtractMariaDBBackup(ctx context.Context, store storage.Store, path, scratch, dest string, log io.Writer) (*Manifest, error) {
-	m, err := ReadManifest(ctx, store, path)
-	if err != nil {
-		return nil, err
-	}
-	if m.Method != MethodPhysical || len(m.Files) != 1 || m.Files[0].Kind != KindMariaDBBackup {
-		return nil, fail(ReasonInvalid, "%s is not a MariaDB physical backup (method %q): it is restored by loading it into a running server", store.Location(path), m.Method)
-	}
-	if _, err := os.Lstat(dest); err == nil {
-		return nil, fail(ReasonNotEmpty, "%s exists: a physical backup is unpacked only into a new data directory, nothing was changed", dest)
-	}
-	local, err := download(ctx, store, path, m.Files[0], scratch)
+	m, local, err := fetchPhysical(ctx, store, path, scratch, dest, KindMariaDBBackup)
 	if err != nil {
 		return nil, err
 	}

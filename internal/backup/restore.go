@@ -251,17 +251,7 @@ func (e *Error) String() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) 
 // dest. A server started on dest with recovery.signal replays the WAL the
 // backup holds, then whatever restore_command gives it.
 func ExtractPhysical(ctx context.Context, store storage.Store, path, scratch, dest string) (*Manifest, error) {
-	m, err := ReadManifest(ctx, store, path)
-	if err != nil {
-		return nil, err
-	}
-	if m.Method != MethodPhysical || len(m.Files) != 1 || m.Files[0].Kind != KindBaseBackup {
-		return nil, fail(ReasonInvalid, "%s is not a physical backup (method %q): it is restored by loading it into a running server", store.Location(path), m.Method)
-	}
-	if _, err := os.Lstat(dest); err == nil {
-		return nil, fail(ReasonNotEmpty, "%s exists: a physical backup is unpacked only into a new data directory, nothing was changed", dest)
-	}
-	local, err := download(ctx, store, path, m.Files[0], scratch)
+	m, local, err := fetchPhysical(ctx, store, path, scratch, dest, KindBaseBackup)
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +260,28 @@ func ExtractPhysical(ctx context.Context, store storage.Store, path, scratch, de
 		return nil, fail(ReasonLoadFailed, "unpacking %s into %s: %w", m.Files[0].Name, dest, err)
 	}
 	return m, nil
+}
+
+// fetchPhysical reads the manifest of the physical backup at path, whose
+// one file must be of kind, and downloads and verifies that file into
+// scratch (its local name returned), once it is sure dest, the data
+// directory to make, does not exist yet.
+func fetchPhysical(ctx context.Context, store storage.Store, path, scratch, dest, kind string) (*Manifest, string, error) {
+	m, err := ReadManifest(ctx, store, path)
+	if err != nil {
+		return nil, "", err
+	}
+	if m.Method != MethodPhysical || len(m.Files) != 1 || m.Files[0].Kind != kind {
+		return nil, "", fail(ReasonInvalid, "%s is not a physical backup of this engine (method %q): it is restored by loading it into a running server", store.Location(path), m.Method)
+	}
+	if _, err := os.Lstat(dest); err == nil {
+		return nil, "", fail(ReasonNotEmpty, "%s exists: a physical backup is unpacked only into a new data directory, nothing was changed", dest)
+	}
+	local, err := download(ctx, store, path, m.Files[0], scratch)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, local, nil
 }
 
 // untar unpacks the tar file src into the new directory dest: directories,

@@ -2,6 +2,7 @@ package backup_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"os"
@@ -73,6 +74,22 @@ func ordersExist(t *testing.T, ctx context.Context, m *testservers.MariaDB) bool
 	return n == 1
 }
 
+// startArchiver archives m's binary logs into arch as the agent does
+// (source names the server), the files already finished first (the chain
+// begins before any backup), then every 200 ms until stop returns.
+func startArchiver(t *testing.T, ctx context.Context, m *testservers.MariaDB, db *sql.DB, arch binlog.Archive, source string) (*binlog.Archiver, func()) {
+	t.Helper()
+	archiver := &binlog.Archiver{Archive: arch, Source: source, Dir: m.Data(), Server: binlog.SQLServer{DB: db},
+		Timeout: time.Second, Log: testr.New(t)}
+	if err := archiver.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	archived := make(chan struct{})
+	go func() { defer close(archived); archiver.Run(runCtx, 200*time.Millisecond) }()
+	return archiver, func() { cancel(); <-archived }
+}
+
 // archiveAll closes the primary's current binary log and archives
 // everything it finished.
 func archiveAll(t *testing.T, ctx context.Context, m *testservers.MariaDB, r *binlog.Archiver) {
@@ -107,15 +124,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	arch := binlog.Archive{Store: store, Prefix: binlog.Prefix("prod", "shop", "uid-1")}
 	db := mariaDB(t, ctx, primary)
 	defer db.Close()
-	archiver := &binlog.Archiver{Archive: arch, Source: "shop-1-a", Dir: primary.Data(), Server: binlog.SQLServer{DB: db},
-		Timeout: time.Second, Log: testr.New(t)}
-	// The files before the backup too: the chain begins before it.
-	if err := archiver.Once(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopArchiver := context.WithCancel(ctx)
-	archived := make(chan struct{})
-	go func() { defer close(archived); archiver.Run(runCtx, 200*time.Millisecond) }()
+	archiver, stopArchiver := startArchiver(t, ctx, primary, db, arch, "shop-1-a")
 
 	writer := mariaWriter(t, ctx, primary)
 	time.Sleep(time.Second)
@@ -140,7 +149,6 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 	time.Sleep(time.Second)
 	writes := writer.Stop()
 	stopArchiver()
-	<-archived
 	archiveAll(t, ctx, primary, archiver)
 	if st := archiver.Status(); st.Archived < 3 || st.Failing() || st.Gaps > 0 {
 		t.Fatalf("archiver: %+v, want files archived every second of writes, none failing, no gap", st)

@@ -51,14 +51,7 @@ func TestMariaDBPhysicalPointInTimeRecovery(t *testing.T) {
 	arch := binlog.Archive{Store: store, Prefix: binlog.Prefix("prod", "shop", "uid-1")}
 	db := mariaDB(t, ctx, primary)
 	defer db.Close()
-	archiver := &binlog.Archiver{Archive: arch, Source: "shop-0-a", Dir: primary.Data(), Server: binlog.SQLServer{DB: db},
-		Timeout: time.Second, Log: testr.New(t)}
-	if err := archiver.Once(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopArchiver := context.WithCancel(ctx)
-	archived := make(chan struct{})
-	go func() { defer close(archived); archiver.Run(runCtx, 200*time.Millisecond) }()
+	archiver, stopArchiver := startArchiver(t, ctx, primary, db, arch, "shop-0-a")
 
 	// A replica's agent, serving the peer channel's physical backup: the
 	// copy's position is the replica's, in the primary's GTIDs.
@@ -100,7 +93,6 @@ func TestMariaDBPhysicalPointInTimeRecovery(t *testing.T) {
 	time.Sleep(time.Second)
 	writes := writer.Stop()
 	stopArchiver()
-	<-archived
 	archiveAll(t, ctx, primary, archiver)
 
 	path := backup.Path("prod", "shop", "phys-1")

@@ -76,26 +76,50 @@ func Command(ctx context.Context, args []string, log io.Writer) error {
 		if replicationUser != "" && !o.Drill {
 			o.Accounts = append(o.Accounts, Account{Name: replicationUser, Password: os.Getenv(EnvReplicationPassword), Replication: true})
 		}
-		for _, a := range o.Accounts {
-			if a.Password == "" {
-				return fail(backup.ReasonInvalid, "no password for %s in the environment", a.Name)
-			}
+		if err := needPasswords(o.Accounts); err != nil {
+			return err
 		}
+		var done func()
 		var err error
-		if o.Store, err = t.Open(ctx); err != nil {
-			return fail(backup.ReasonTargetFailed, "%w", err)
+		if o.Store, o.Scratch, done, err = openTarget(ctx, t, o.Scratch); err != nil {
+			return err
 		}
-		scratch, err := os.MkdirTemp(o.Scratch, "recover-")
-		if err != nil {
-			return fail(backup.ReasonLoadFailed, "scratch space: %w", err)
-		}
-		defer os.RemoveAll(scratch)
-		o.Scratch = scratch
+		defer done()
 		out, err = Recover(ctx, o)
 		return err
 	}()
-	res := ResultOf(o, out, err)
-	fmt.Fprintf(log, "recover %s: succeeded=%t reason=%s %s\n", o.Path, res.Succeeded, res.Reason, res.Message)
+	return report(log, o.Path, ResultOf(o, out, err), resultFile, err)
+}
+
+// needPasswords fails when an account's password is not in the
+// environment.
+func needPasswords(accounts []Account) error {
+	for _, a := range accounts {
+		if a.Password == "" {
+			return fail(backup.ReasonInvalid, "no password for %s in the environment", a.Name)
+		}
+	}
+	return nil
+}
+
+// openTarget opens the backup target and makes the recovery's scratch
+// directory under root (done removes it).
+func openTarget(ctx context.Context, t storage.Flags, root string) (storage.Store, string, func(), error) {
+	store, err := t.Open(ctx)
+	if err != nil {
+		return nil, "", nil, fail(backup.ReasonTargetFailed, "%w", err)
+	}
+	scratch, err := os.MkdirTemp(root, "recover-")
+	if err != nil {
+		return nil, "", nil, fail(backup.ReasonLoadFailed, "scratch space: %w", err)
+	}
+	return store, scratch, func() { _ = os.RemoveAll(scratch) }, nil
+}
+
+// report logs a recovery's result and writes it to resultFile (the Job's
+// termination message).
+func report(log io.Writer, path string, res backup.Result, resultFile string, err error) error {
+	fmt.Fprintf(log, "recover %s: succeeded=%t reason=%s %s\n", path, res.Succeeded, res.Reason, res.Message)
 	if resultFile != "" {
 		if werr := os.WriteFile(resultFile, res.Encode(), 0o644); werr != nil {
 			return errors.Join(err, werr)
@@ -183,31 +207,18 @@ func mariadbCommand(ctx context.Context, f mariadbFlags, log io.Writer) error {
 		if f.replicationUser != "" {
 			o.Accounts = []Account{{Name: f.replicationUser, Password: os.Getenv(EnvReplicationPassword), Replication: true}}
 		}
-		for _, a := range append([]Account{o.Superuser}, o.Accounts...) {
-			if a.Password == "" {
-				return fail(backup.ReasonInvalid, "no password for %s in the environment", a.Name)
-			}
+		if err := needPasswords(append([]Account{o.Superuser}, o.Accounts...)); err != nil {
+			return err
 		}
-		if o.Store, err = f.t.Open(ctx); err != nil {
-			return fail(backup.ReasonTargetFailed, "%w", err)
+		var done func()
+		if o.Store, o.Scratch, done, err = openTarget(ctx, f.t, o.Scratch); err != nil {
+			return err
 		}
-		scratch, err := os.MkdirTemp(o.Scratch, "recover-")
-		if err != nil {
-			return fail(backup.ReasonLoadFailed, "scratch space: %w", err)
-		}
-		defer os.RemoveAll(scratch)
-		o.Scratch = scratch
+		defer done()
 		out, err = RecoverMariaDB(ctx, o)
 		return err
 	}()
-	res := MariaDBResultOf(o, out, err)
-	fmt.Fprintf(log, "recover %s: succeeded=%t reason=%s %s\n", o.Path, res.Succeeded, res.Reason, res.Message)
-	if f.resultFile != "" {
-		if werr := os.WriteFile(f.resultFile, res.Encode(), 0o644); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-	return err
+	return report(log, o.Path, MariaDBResultOf(o, out, err), f.resultFile, err)
 }
 
 // MariaDBResultOf is the Result a MariaDB recovery Job reports.

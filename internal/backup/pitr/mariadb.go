@@ -155,11 +155,8 @@ func RecoverMariaDB(ctx context.Context, o MariaDBOptions) (*MariaDBOutcome, err
 		_ = os.RemoveAll(work)
 		return nil, err
 	}
-	if err := os.Rename(work, o.DataDir); err != nil {
-		return nil, fail(backup.ReasonLoadFailed, "moving the recovered data directory into place: %w", err)
-	}
-	if err := syncDir(filepath.Dir(o.DataDir)); err != nil {
-		return nil, fail(backup.ReasonLoadFailed, "syncing %s: %w", filepath.Dir(o.DataDir), err)
+	if err := moveIntoPlace(work, o.DataDir); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -196,15 +196,23 @@ func Recover(ctx context.Context, o Options) (*Outcome, error) {
 		}
 		return out, nil
 	}
-	if err := os.Rename(work, o.DataDir); err != nil {
-		return nil, fail(backup.ReasonLoadFailed, "moving the recovered data directory into place: %w", err)
-	}
-	// The rename outlives a crash of the node: once the Job says it
-	// succeeded, the pod must find the data there.
-	if err := syncDir(filepath.Dir(o.DataDir)); err != nil {
-		return nil, fail(backup.ReasonLoadFailed, "syncing %s: %w", filepath.Dir(o.DataDir), err)
+	if err := moveIntoPlace(work, o.DataDir); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// moveIntoPlace makes the recovered work directory the data directory.
+// The rename outlives a crash of the node: once the Job says it
+// succeeded, the pod must find the data there.
+func moveIntoPlace(work, dataDir string) error {
+	if err := os.Rename(work, dataDir); err != nil {
+		return fail(backup.ReasonLoadFailed, "moving the recovered data directory into place: %w", err)
+	}
+	if err := syncDir(filepath.Dir(dataDir)); err != nil {
+		return fail(backup.ReasonLoadFailed, "syncing %s: %w", filepath.Dir(dataDir), err)
+	}
+	return nil
 }
 
 // recoverInto unpacks the base backup into work and replays it.
