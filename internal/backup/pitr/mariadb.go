@@ -109,47 +109,7 @@ func RecoverMariaDB(ctx context.Context, o MariaDBOptions) (*MariaDBOutcome, err
 	if err := os.RemoveAll(work); err != nil {
 		return nil, fail(backup.ReasonLoadFailed, "clearing an earlier attempt: %w", err)
 	}
-	out, err := func() (*MariaDBOutcome, error) {
-		start := time.Now()
-		logf("unpacking and preparing %s in %s", o.Store.Location(o.Path), work)
-		if _, err := backup.ExtractMariaDBBackup(ctx, o.Store, o.Path, o.Scratch, work, o.ServerLog); err != nil {
-			return nil, err
-		}
-		out := &MariaDBOutcome{Manifest: m, Position: m.Position, Unpacking: time.Since(start)}
-		defer func() { _ = srv.kill() }()
-		if prepared != nil {
-			// Its session loads the grant tables first: the replayed
-			// GRANTs and ALTER USERs need them. Sessions after it would
-			// then need a password: the server starts again for the rest.
-			if err := srv.start(ctx, work); err != nil {
-				return nil, err
-			}
-			logf("replaying the binary log archive from %s to %s", m.Position, binlog.FormatTarget(o.Target))
-			if out.Replay, err = prepared.Apply(ctx); err != nil {
-				return nil, fail(ReasonRecoveryFailed, "replaying the binary log: %w", err)
-			}
-			out.Position = out.Replay.End.String()
-			if err := srv.stop(); err != nil {
-				return nil, err
-			}
-		}
-		if err := srv.start(ctx, work); err != nil {
-			return nil, err
-		}
-		if err := srv.sql(ctx, finishSQL(o)); err != nil {
-			return nil, fail(backup.ReasonLoadFailed, "setting the new Database's accounts: %w", err)
-		}
-		if err := srv.stop(); err != nil {
-			return nil, err
-		}
-		// The copy's files, written by mbstream and the server, are on
-		// disk before the directory is the data directory: the pod must
-		// find them there after a crash of the node.
-		if err := syncTree(work); err != nil {
-			return nil, fail(backup.ReasonLoadFailed, "syncing the recovered files: %w", err)
-		}
-		return out, nil
-	}()
+	out, err := recoverCopy(ctx, o, m, prepared, srv, work, logf)
 	if err != nil {
 		// A copy of the backup: the backup itself is intact.
 		_ = os.RemoveAll(work)
@@ -157,6 +117,53 @@ func RecoverMariaDB(ctx context.Context, o MariaDBOptions) (*MariaDBOutcome, err
 	}
 	if err := moveIntoPlace(work, o.DataDir); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// recoverCopy unpacks and prepares the backup in work, replays the binary
+// log into it (prepared; nil without an archive), sets the accounts and
+// shuts the server down cleanly.
+func recoverCopy(ctx context.Context, o MariaDBOptions, m *backup.Manifest, prepared *binlog.Prepared, srv *tempServer, work string,
+	logf func(string, ...any)) (*MariaDBOutcome, error) {
+	start := time.Now()
+	logf("unpacking and preparing %s in %s", o.Store.Location(o.Path), work)
+	if _, err := backup.ExtractMariaDBBackup(ctx, o.Store, o.Path, o.Scratch, work, o.ServerLog); err != nil {
+		return nil, err
+	}
+	out := &MariaDBOutcome{Manifest: m, Position: m.Position, Unpacking: time.Since(start)}
+	defer func() { _ = srv.kill() }()
+	if prepared != nil {
+		// Its session loads the grant tables first: the replayed
+		// GRANTs and ALTER USERs need them. Sessions after it would
+		// then need a password: the server starts again for the rest.
+		if err := srv.start(ctx, work); err != nil {
+			return nil, err
+		}
+		logf("replaying the binary log archive from %s to %s", m.Position, binlog.FormatTarget(o.Target))
+		var err error
+		if out.Replay, err = prepared.Apply(ctx); err != nil {
+			return nil, fail(ReasonRecoveryFailed, "replaying the binary log: %w", err)
+		}
+		out.Position = out.Replay.End.String()
+		if err := srv.stop(); err != nil {
+			return nil, err
+		}
+	}
+	if err := srv.start(ctx, work); err != nil {
+		return nil, err
+	}
+	if err := srv.sql(ctx, finishSQL(o)); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "setting the new Database's accounts: %w", err)
+	}
+	if err := srv.stop(); err != nil {
+		return nil, err
+	}
+	// The copy's files, written by mbstream and the server, are on
+	// disk before the directory is the data directory: the pod must
+	// find them there after a crash of the node.
+	if err := syncTree(work); err != nil {
+		return nil, fail(backup.ReasonLoadFailed, "syncing the recovered files: %w", err)
 	}
 	return out, nil
 }
