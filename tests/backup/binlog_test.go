@@ -90,6 +90,22 @@ func startArchiver(t *testing.T, ctx context.Context, m *testservers.MariaDB, db
 	return archiver, func() { cancel(); <-archived }
 }
 
+// corruptWhileTesting flips a byte in the middle of file until t ends,
+// then puts the file back as it was.
+func corruptWhileTesting(t *testing.T, file string) {
+	t.Helper()
+	orig, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), orig...)
+	bad[len(bad)/2] ^= 0xff
+	if err := os.WriteFile(file, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(file, orig, 0o600) })
+}
+
 // archiveAll closes the primary's current binary log and archives
 // everything it finished.
 func archiveAll(t *testing.T, ctx context.Context, m *testservers.MariaDB, r *binlog.Archiver) {
@@ -284,17 +300,7 @@ func TestMariaDBPointInTimeRecovery(t *testing.T) {
 			t.Fatalf("chain %v: %v", chain, err)
 		}
 		bad := chain[1]
-		file := filepath.Join(root, arch.Prefix, bad.Source, bad.Name)
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keep := append([]byte(nil), b...)
-		b[len(b)/2] ^= 0xff
-		if err := os.WriteFile(file, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = os.WriteFile(file, keep, 0o600) }()
+		corruptWhileTesting(t, filepath.Join(root, arch.Prefix, bad.Source, bad.Name))
 		fresh, res, err := restoreCommand(t, "shop-1")
 		if err == nil || res.Reason != backup.ReasonArchiveCorrupt || !strings.Contains(res.Message, bad.Name) || !strings.Contains(res.Message, "can restore up to") {
 			t.Fatalf("restore over a corrupted file: %v, result %+v", err, res)

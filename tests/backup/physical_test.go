@@ -3,7 +3,6 @@ package backup_test
 import (
 	"context"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -104,19 +103,9 @@ func TestMariaDBPhysicalPointInTimeRecovery(t *testing.T) {
 	}
 
 	t.Run("a corrupted copy is refused", func(t *testing.T) {
-		file := filepath.Join(root, path, m.Files[0].Name)
-		orig, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad := append([]byte(nil), orig...)
-		bad[len(bad)/2] ^= 0xff
-		if err := os.WriteFile(file, bad, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = os.WriteFile(file, orig, 0o600) }()
+		corruptWhileTesting(t, filepath.Join(root, path, m.Files[0].Name))
 		datadir := filepath.Join(t.TempDir(), "data")
-		_, err = pitr.RecoverMariaDB(ctx, options(datadir))
+		_, err := pitr.RecoverMariaDB(ctx, options(datadir))
 		if backup.ReasonOf(err) != backup.ReasonCorrupt {
 			t.Errorf("recovering a corrupted copy: %v (reason %s), want %s", err, backup.ReasonOf(err), backup.ReasonCorrupt)
 		}
